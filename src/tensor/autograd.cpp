@@ -1,0 +1,74 @@
+#include "tinyllm/tensor/autograd.h"
+
+#include <stdexcept>
+#include <unordered_set>
+#include <utility>
+
+namespace tinyllm::autograd {
+namespace {
+
+thread_local bool grad_enabled = true;
+
+// The non-leaf tensors that `root` depends on, each after every tensor it
+// depends on (post-order of a depth-first search over the ordered inputs).
+std::vector<Tensor> topological_order(const Tensor& root) {
+  std::vector<Tensor> order;
+  std::unordered_set<const TensorImpl*> visited;  // membership only; the order comes from the inputs
+  struct Frame {
+    Tensor tensor;
+    std::size_t next_input = 0;
+  };
+  std::vector<Frame> stack{{root}};
+  visited.insert(&root.impl());
+  while (!stack.empty()) {
+    Frame& frame = stack.back();
+    const Node& node = *frame.tensor.grad_fn();
+    if (!node.backward) {
+      throw std::invalid_argument(
+          "Tensor::backward: the graph was already freed by an earlier backward (tinyllm keeps no graph "
+          "after backward; run the forward again)");
+    }
+    if (frame.next_input < node.inputs.size()) {
+      const Tensor& input = node.inputs[frame.next_input++];
+      if (input.grad_fn() && visited.insert(&input.impl()).second) stack.push_back({input});
+      continue;
+    }
+    order.push_back(std::move(frame.tensor));
+    stack.pop_back();
+  }
+  return order;
+}
+
+}  // namespace
+
+bool is_grad_enabled() { return grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(std::exchange(grad_enabled, false)) {}
+
+NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+void record(Tensor& out, std::vector<Tensor> inputs, BackwardFn backward) {
+  bool any = false;
+  for (const Tensor& input : inputs) any = any || (input.defined() && input.requires_grad());
+  if (!any || !is_grad_enabled()) return;
+  TensorImpl& impl = out.impl();
+  impl.requires_grad = true;
+  impl.grad_fn = std::make_shared<Node>(Node{std::move(inputs), std::move(backward)});
+}
+
+void run_backward(const Tensor& root) {
+  if (!root.grad_fn()) return;  // a leaf: the seed already sits in its grad
+  std::vector<Tensor> order = topological_order(root);
+  // Reverse post-order: a tensor runs after every consumer has added its
+  // share. Its grad and saved tensors are dropped right after, which keeps
+  // the peak memory of backward near that of forward.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node& node = *it->grad_fn();
+    if (!it->grad().empty()) node.backward(*it);
+    node.backward = nullptr;
+    node.inputs.clear();
+    it->zero_grad();
+  }
+}
+
+}  // namespace tinyllm::autograd

@@ -1,0 +1,122 @@
+#include "tinyllm/tensor/storage.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tinyllm {
+namespace {
+
+// Below this a block comes straight from malloc, which recycles small blocks
+// well; from here on glibc would mmap fresh pages on every allocation.
+constexpr std::size_t kCachedFrom = 64 * 1024;
+constexpr std::size_t kHugePage = 2 * 1024 * 1024;
+// The cache holds at most this much; beyond it, freed blocks go to the system.
+constexpr std::size_t kCacheLimit = std::size_t{4} << 30;
+
+class BlockCache {
+ public:
+  double* take(std::size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        double* block = it->second.back();
+        it->second.pop_back();
+        cached_ -= bytes;
+        return block;
+      }
+    }
+    return allocate(bytes);
+  }
+
+  void give(double* block, std::size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      if (cached_ + bytes <= kCacheLimit) {
+        free_[bytes].push_back(block);
+        cached_ += bytes;
+        return;
+      }
+    }
+    std::free(block);
+  }
+
+  std::size_t clear() {
+    std::lock_guard lock(mutex_);
+    for (auto& [bytes, blocks] : free_)
+      for (double* block : blocks) std::free(block);
+    free_.clear();
+    return std::exchange(cached_, 0);
+  }
+
+  std::size_t cached() {
+    std::lock_guard lock(mutex_);
+    return cached_;
+  }
+
+ private:
+  static double* allocate(std::size_t bytes) {
+    const std::size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const std::size_t rounded = (bytes + align - 1) / align * align;
+    void* block = std::aligned_alloc(align, rounded);
+    if (block == nullptr) throw std::bad_alloc();
+    if (align == kHugePage) madvise(block, rounded, MADV_HUGEPAGE);
+    return static_cast<double*>(block);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<double*>> free_;
+  std::size_t cached_ = 0;
+};
+
+BlockCache& cache() {
+  static BlockCache* instance = new BlockCache();  // outlives every static Storage
+  return *instance;
+}
+
+}  // namespace
+
+Storage::Storage(std::size_t size) : size_(size) {
+  if (size == 0) return;
+  const std::size_t bytes = size * sizeof(double);
+  if (bytes >= kCachedFrom) {
+    data_ = cache().take(bytes);
+  } else {
+    data_ = static_cast<double*>(std::malloc(bytes));
+    if (data_ == nullptr) throw std::bad_alloc();
+  }
+}
+
+Storage::~Storage() {
+  if (data_ == nullptr) return;
+  const std::size_t bytes = size_ * sizeof(double);
+  if (bytes >= kCachedFrom) {
+    cache().give(data_, bytes);
+  } else {
+    std::free(data_);
+  }
+}
+
+Storage::Storage(Storage&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+Storage& Storage::operator=(Storage&& other) noexcept {
+  if (this != &other) {
+    Storage dying(std::move(*this));
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+std::size_t empty_cache() { return cache().clear(); }
+
+std::size_t cached_bytes() { return cache().cached(); }
+
+}  // namespace tinyllm

@@ -1,0 +1,98 @@
+// The engine alone, on ops defined here through autograd::record, so these
+// tests hold whatever the op files do.
+#include <tinyllm/tensor/autograd.h>
+
+#include <gtest/gtest.h>
+
+#include "support/expect_throw.h"
+
+namespace tinyllm {
+namespace {
+
+// y = a ⊙ b, recording which order the backward functions ran in.
+Tensor times(const Tensor& a, const Tensor& b, std::vector<std::string>* log = nullptr, std::string name = "") {
+  Tensor out = Tensor::empty(a.shape());
+  for (std::size_t i = 0; i < a.numel(); ++i) out.data()[i] = a.data()[i] * b.data()[i];
+  autograd::record(out, {a, b}, [a, b, log, name](const Tensor& y) {
+    if (log) log->push_back(name);
+    if (a.requires_grad())
+      for (std::size_t i = 0; i < a.numel(); ++i) a.mutable_grad()[i] += y.grad()[i] * b.data()[i];
+    if (b.requires_grad())
+      for (std::size_t i = 0; i < b.numel(); ++i) b.mutable_grad()[i] += y.grad()[i] * a.data()[i];
+  });
+  return out;
+}
+
+std::vector<double> grad_of(const Tensor& t) { return {t.grad().begin(), t.grad().end()}; }
+
+TEST(AutogradTest, ProductRuleOnADiamond) {
+  // x feeds two paths that meet again: z = (x·x)·(x·c), dz/dx = 3·x²·c.
+  Tensor x = Tensor::from({2, -1}, {2}, true);
+  Tensor c = Tensor::from({3, 5}, {2});
+  Tensor z = times(times(x, x), times(x, c));
+  z.backward(Tensor::from({1, 1}, {2}));
+  EXPECT_EQ(grad_of(x), (std::vector<double>{36, 15}));
+  EXPECT_TRUE(c.grad().empty());
+}
+
+TEST(AutogradTest, BackwardAccumulatesAcrossCalls) {
+  Tensor x = Tensor::from({1, 2}, {2}, true);
+  Tensor k = Tensor::from({3, 4}, {2});
+  times(x, k).backward(Tensor::from({1, 1}, {2}));
+  times(x, k).backward(Tensor::from({1, 1}, {2}));
+  EXPECT_EQ(grad_of(x), (std::vector<double>{6, 8}));
+}
+
+TEST(AutogradTest, ConsumersRunBeforeProducersInInputOrder) {
+  std::vector<std::string> log;
+  Tensor x = Tensor::from({1}, {1}, true);
+  Tensor a = times(x, x, &log, "a");
+  Tensor b = times(a, x, &log, "b");
+  Tensor c = times(a, b, &log, "c");
+  c.backward(Tensor::from({1}, {1}));
+  EXPECT_EQ(log, (std::vector<std::string>{"c", "b", "a"}));
+}
+
+TEST(AutogradTest, BackwardFreesTheGraph) {
+  Tensor x = Tensor::from({1, 2}, {2}, true);
+  Tensor y = times(x, x);
+  Tensor z = times(y, x);
+  z.backward(Tensor::from({1, 1}, {2}));
+  EXPECT_TRUE(y.grad().empty());
+  EXPECT_TRUE(y.grad_fn()->inputs.empty());
+  EXPECT_FALSE(static_cast<bool>(y.grad_fn()->backward));
+  EXPECT_THROW_WITH(z.backward(Tensor::from({1, 1}, {2})), std::invalid_argument, "already freed");
+}
+
+TEST(AutogradTest, NoGradGuardRecordsNothing) {
+  Tensor x = Tensor::from({1, 2}, {2}, true);
+  {
+    autograd::NoGradGuard guard;
+    EXPECT_FALSE(autograd::is_grad_enabled());
+    Tensor y = times(x, x);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(y.is_leaf());
+  }
+  EXPECT_TRUE(autograd::is_grad_enabled());
+  EXPECT_TRUE(times(x, x).requires_grad());
+}
+
+TEST(AutogradTest, ConstantsProduceLeaves) {
+  Tensor a = Tensor::from({1}, {1});
+  Tensor y = times(a, a);
+  EXPECT_TRUE(y.is_leaf());
+  EXPECT_FALSE(autograd::needs_grad(a, Tensor()));
+  EXPECT_TRUE(autograd::needs_grad(a, Tensor::zeros({1}, true)));
+}
+
+TEST(AutogradTest, DeepChainsDoNotOverflowTheStack) {
+  Tensor x = Tensor::from({1.0}, {1}, true);
+  Tensor one = Tensor::from({1.0}, {1});
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = times(y, one);
+  y.backward(Tensor::from({1}, {1}));
+  EXPECT_EQ(grad_of(x), (std::vector<double>{1.0}));
+}
+
+}  // namespace
+}  // namespace tinyllm

@@ -1,0 +1,103 @@
+#include <tinyllm/tensor/tensor.h>
+
+#include <gtest/gtest.h>
+
+#include <tinyllm/tensor/storage.h>
+
+#include "support/expect_throw.h"
+
+namespace tinyllm {
+namespace {
+
+TEST(TensorTest, FromKeepsValuesAndShape) {
+  Tensor w = Tensor::from({1, 2, 3, 4, 5, 6}, {3, 2}, /*requires_grad=*/true);
+  EXPECT_EQ(w.shape(), (Shape{3, 2}));
+  EXPECT_EQ(w.numel(), 6u);
+  EXPECT_EQ(w.dim(), 2u);
+  EXPECT_EQ(w.size(0), 3u);
+  EXPECT_EQ(w.size(-1), 2u);
+  EXPECT_EQ(w.to_vector(), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_TRUE(w.is_leaf());
+  EXPECT_TRUE(w.grad().empty());
+}
+
+TEST(TensorTest, ScalarHasEmptyShapeAndOneElement) {
+  Tensor s = Tensor::scalar(2.5);
+  EXPECT_EQ(s.shape(), Shape{});
+  EXPECT_EQ(s.numel(), 1u);
+  EXPECT_EQ(s.item(), 2.5);
+}
+
+TEST(TensorTest, ZeroSizedDimsHaveNoElements) {
+  Tensor t = Tensor::zeros({4, 0, 3});
+  EXPECT_EQ(t.numel(), 0u);
+  EXPECT_TRUE(t.data().empty());
+}
+
+TEST(TensorTest, CopiesShareOneArray) {
+  Tensor a = Tensor::zeros({2});
+  Tensor b = a;
+  b.data()[1] = 7;
+  EXPECT_EQ(a.data()[1], 7);
+  EXPECT_TRUE(a.same(b));
+  Tensor c = a.clone();
+  c.data()[1] = 1;
+  EXPECT_EQ(a.data()[1], 7);
+  EXPECT_FALSE(c.requires_grad());
+}
+
+TEST(TensorTest, MutableGradStartsAtZeroAndZeroGradDropsIt) {
+  Tensor w = Tensor::zeros({3}, true);
+  auto g = w.mutable_grad();
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g[0], 0.0);
+  g[2] = 5;
+  EXPECT_EQ(w.grad()[2], 5);
+  w.zero_grad();
+  EXPECT_TRUE(w.grad().empty());
+}
+
+TEST(TensorTest, RejectsBadInput) {
+  EXPECT_THROW_WITH(Tensor::from({1, 2, 3}, {2, 2}), std::invalid_argument, "3 values do not fill shape [2, 2]");
+  EXPECT_THROW_WITH(Tensor::zeros({2, 3}).size(2), std::invalid_argument, "dim 2 is out of range for shape [2, 3]");
+  EXPECT_THROW_WITH(Tensor::zeros({2}).item(), std::invalid_argument, "got shape [2]");
+  EXPECT_THROW_WITH(Tensor().numel(), std::invalid_argument, "undefined tensor");
+  EXPECT_THROW_WITH(Tensor::zeros({2}).backward(), std::invalid_argument, "one element");
+  EXPECT_THROW_WITH(Tensor::zeros({1}).backward(), std::invalid_argument, "does not require grad");
+}
+
+TEST(TensorTest, BackwardOnALeafAccumulatesTheSeed) {
+  Tensor w = Tensor::zeros({2}, true);
+  w.backward(Tensor::from({1, 2}, {2}));
+  w.backward(Tensor::from({10, 20}, {2}));
+  EXPECT_EQ(w.to_vector(), (std::vector<double>{0, 0}));
+  EXPECT_EQ(std::vector<double>(w.grad().begin(), w.grad().end()), (std::vector<double>{11, 22}));
+}
+
+TEST(StorageTest, LargeBlocksAreReusedFromTheCache) {
+  empty_cache();
+  const std::size_t n = 1 << 20;  // 8 MiB
+  double* first = nullptr;
+  {
+    Storage s(n);
+    first = s.data();
+    s.data()[n - 1] = 1.0;
+  }
+  EXPECT_EQ(cached_bytes(), n * sizeof(double));
+  Storage again(n);
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(cached_bytes(), 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(again.data()) % 64, 0u);
+}
+
+TEST(StorageTest, EmptyCacheReturnsEveryCachedByte) {
+  empty_cache();
+  { Storage a(1 << 16), b(1 << 17); }
+  EXPECT_GE(cached_bytes(), (3u << 16) * sizeof(double));
+  EXPECT_EQ(empty_cache(), (3u << 16) * sizeof(double));
+  EXPECT_EQ(cached_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace tinyllm
