@@ -1,0 +1,48 @@
+// GPT: GPT-2's architecture at a small size, nanoGPT's layout and names so a
+// state dict maps one to one. Byte-level tokens; the output head is tied to
+// wte (logits = x · wteᵀ, no bias). Parameters, in order: wte, wpe, h.{i}.*,
+// ln_f (DESIGN.md lists them). Weights start as N(0, 0.02), the c_proj
+// weights as N(0, 0.02/√(2L)), biases at 0, LayerNorms at (1, 0), drawn in
+// that order from one generator seeded by `seed`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "tinyllm/nn/block.h"
+#include "tinyllm/nn/embedding.h"
+#include "tinyllm/nn/layer_norm.h"
+#include "tinyllm/nn/module.h"
+
+namespace tinyllm::nn {
+
+struct GPTConfig {
+  std::size_t vocab_size = 256;  // V
+  std::size_t block_size = 64;   // T, the longest context
+  std::size_t n_layer = 4;       // L
+  std::size_t n_head = 4;        // H
+  std::size_t n_embd = 128;      // C
+};
+
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config, std::uint64_t seed = 1337);
+
+  // idx holds batch·seq token ids, row-major [B, T], T <= block_size.
+  Tensor forward(std::span<const int> idx, std::size_t batch, std::size_t seq) const;  // logits [B, T, V]
+  // Mean cross-entropy over all B·T positions.
+  Tensor loss(std::span<const int> idx, std::span<const int> targets, std::size_t batch, std::size_t seq) const;
+
+  const GPTConfig& config() const { return config_; }
+
+  std::shared_ptr<Embedding> wte;
+  std::shared_ptr<Embedding> wpe;
+  std::shared_ptr<ModuleList> h;
+  std::shared_ptr<LayerNorm> ln_f;
+
+ private:
+  GPTConfig config_;
+};
+
+}  // namespace tinyllm::nn

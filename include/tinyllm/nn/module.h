@@ -1,0 +1,57 @@
+// Module: the libtorch way to own parameters. A module registers its own
+// parameters and its submodules by name; parameters() walks them in
+// registration order (own parameters first, then each child's), which is the
+// flat order DDP and ZeRO shard and checkpoints store. Names are dotted
+// paths, "h.0.attn.c_attn.weight", as in GPT-2's state dict.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tinyllm/tensor/tensor.h"
+
+namespace tinyllm::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
+  std::size_t num_parameters() const;  // elements over all parameters
+  void zero_grad();                    // drops every parameter's grad
+
+ protected:
+  // The tensor becomes a leaf requiring grad. Names are non-empty, have no
+  // '.', and are unique among this module's parameters and children.
+  Tensor& register_parameter(std::string name, Tensor tensor);
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    check_new_name(name);
+    children_.emplace_back(std::move(name), module);
+    return module;
+  }
+
+ private:
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// A list of modules named "0", "1", ... (torch.nn.ModuleList).
+class ModuleList : public Module {
+ public:
+  void push_back(std::shared_ptr<Module> module);
+  std::size_t size() const { return named_children().size(); }
+  template <class M>
+  M& at(std::size_t i) const {
+    return dynamic_cast<M&>(*named_children().at(i).second);
+  }
+};
+
+}  // namespace tinyllm::nn

@@ -1,0 +1,58 @@
+#include "tinyllm/nn/gpt.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "tinyllm/tensor/ops.h"
+
+namespace tinyllm::nn {
+namespace {
+
+void check_config(const GPTConfig& c) {
+  if (c.vocab_size == 0 || c.block_size == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_embd == 0) {
+    throw std::invalid_argument(fmt::format(
+        "GPT: every size must be positive (got vocab_size {}, block_size {}, n_layer {}, n_head {}, n_embd {})",
+        c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd));
+  }
+  if (c.n_embd % c.n_head != 0) {
+    throw std::invalid_argument(fmt::format("GPT: width {} is not divisible by {} heads", c.n_embd, c.n_head));
+  }
+}
+
+}  // namespace
+
+GPT::GPT(const GPTConfig& config, std::uint64_t seed) : config_(config) {
+  check_config(config);
+  Generator gen(seed);
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  wte = register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.n_embd, gen));
+  wpe = register_module("wpe", std::make_shared<Embedding>(config.block_size, config.n_embd, gen));
+  h = register_module("h", std::make_shared<ModuleList>());
+  for (std::size_t i = 0; i < config.n_layer; ++i) {
+    h->push_back(std::make_shared<Block>(config.n_embd, config.n_head, proj_std, gen));
+  }
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd));
+}
+
+Tensor GPT::forward(std::span<const int> idx, std::size_t batch, std::size_t seq) const {
+  if (seq == 0 || seq > config_.block_size) {
+    throw std::invalid_argument(
+        fmt::format("GPT: sequence length must be in [1, {}] (got {})", config_.block_size, seq));
+  }
+  if (idx.size() != batch * seq) {
+    throw std::invalid_argument(
+        fmt::format("GPT: {} token ids do not fill a batch of [{}, {}]", idx.size(), batch, seq));
+  }
+  // Positions 0..T-1 are the first T rows of wpe; [B, T, C] + [T, C] broadcasts.
+  Tensor x = wte->forward(idx, {batch, seq}) + wpe->weight.slice(0, 0, seq);
+  for (std::size_t i = 0; i < h->size(); ++i) x = h->at<Block>(i).forward(x);
+  return linear(ln_f->forward(x), wte->weight);  // [B, T, V]
+}
+
+Tensor GPT::loss(std::span<const int> idx, std::span<const int> targets, std::size_t batch, std::size_t seq) const {
+  return cross_entropy(forward(idx, batch, seq), targets);
+}
+
+}  // namespace tinyllm::nn
