@@ -1,0 +1,39 @@
+// Corpus and Batch: DESIGN.md's data order, so any run can be reproduced by
+// anyone. Token i is byte i of the file. Window w is tokens [w·T, w·T + T + 1):
+// inputs its first T, targets its last T. With W = ⌊(N − 1)/T⌋ windows, step s
+// uses windows (s·B + j) mod W for j = 0..B−1, and rank r of p takes rows
+// [r·B/p, (r+1)·B/p) of that global batch.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace tinyllm::train {
+
+struct Batch {
+  std::size_t batch = 0;     // B, rows in this batch
+  std::size_t seq = 0;       // T
+  std::vector<int> inputs;   // [B, T]
+  std::vector<int> targets;  // [B, T], inputs shifted by one token
+};
+
+class Corpus {
+ public:
+  // Every byte of the file is a token; a missing or empty file is refused.
+  static Corpus load(const std::string& path);
+  explicit Corpus(std::vector<int> tokens, std::string name = "corpus");
+
+  std::size_t size() const { return tokens_.size(); }
+  const std::string& name() const { return name_; }
+  std::size_t num_windows(std::size_t seq) const;  // W
+
+  // This rank's rows of step `step`'s global batch of `batch` windows.
+  Batch batch(std::size_t step, std::size_t batch, std::size_t seq, int rank = 0, int world = 1) const;
+
+ private:
+  std::vector<int> tokens_;
+  std::string name_;
+};
+
+}  // namespace tinyllm::train

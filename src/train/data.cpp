@@ -1,0 +1,55 @@
+#include "tinyllm/train/data.h"
+
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace tinyllm::train {
+
+Corpus Corpus::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument(fmt::format("data file '{}' cannot be opened", path));
+  std::vector<int> tokens;
+  for (auto it = std::istreambuf_iterator<char>(in); it != std::istreambuf_iterator<char>(); ++it) {
+    tokens.push_back(static_cast<unsigned char>(*it));
+  }
+  if (tokens.empty()) throw std::invalid_argument(fmt::format("data file '{}' is empty", path));
+  return Corpus(std::move(tokens), path);
+}
+
+Corpus::Corpus(std::vector<int> tokens, std::string name) : tokens_(std::move(tokens)), name_(std::move(name)) {}
+
+std::size_t Corpus::num_windows(std::size_t seq) const {
+  if (seq == 0) throw std::invalid_argument("Corpus: sequence length must be positive (got 0)");
+  return tokens_.empty() ? 0 : (tokens_.size() - 1) / seq;
+}
+
+Batch Corpus::batch(std::size_t step, std::size_t batch, std::size_t seq, int rank, int world) const {
+  const std::size_t windows = num_windows(seq);
+  if (windows == 0) {
+    throw std::invalid_argument(fmt::format("{} has {} tokens, too few for one window of {} + 1 tokens", name_,
+                                            tokens_.size(), seq));
+  }
+  if (world < 1 || rank < 0 || rank >= world) {
+    throw std::invalid_argument(fmt::format("Corpus: rank {} is not in a world of {}", rank, world));
+  }
+  const auto p = static_cast<std::size_t>(world), r = static_cast<std::size_t>(rank);
+  if (batch == 0 || batch % p != 0) {
+    throw std::invalid_argument(fmt::format("batch of {} rows does not divide by world size {}", batch, world));
+  }
+  Batch out{.batch = batch / p, .seq = seq, .inputs = {}, .targets = {}};
+  out.inputs.reserve(out.batch * seq);
+  out.targets.reserve(out.batch * seq);
+  for (std::size_t j = r * batch / p; j < (r + 1) * batch / p; ++j) {
+    const std::size_t start = ((step * batch + j) % windows) * seq;
+    out.inputs.insert(out.inputs.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(start),
+                      tokens_.begin() + static_cast<std::ptrdiff_t>(start + seq));
+    out.targets.insert(out.targets.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(start + 1),
+                       tokens_.begin() + static_cast<std::ptrdiff_t>(start + seq + 1));
+  }
+  return out;
+}
+
+}  // namespace tinyllm::train

@@ -1,0 +1,67 @@
+#include <tinyllm/train/data.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "support/expect_throw.h"
+
+namespace tinyllm::train {
+namespace {
+
+Corpus counting(std::size_t n) {
+  std::vector<int> tokens(n);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  return Corpus(tokens);
+}
+
+TEST(CorpusTest, WindowsFollowTheDesignOrder) {
+  // N = 11, T = 3: W = 3 windows starting at 0, 3, 6.
+  Corpus corpus = counting(11);
+  EXPECT_EQ(corpus.num_windows(3), 3u);
+  // Step 1 with B = 2 uses windows (2, 3 mod 3) = (2, 0).
+  Batch b = corpus.batch(1, 2, 3);
+  EXPECT_EQ(b.batch, 2u);
+  EXPECT_EQ(b.inputs, (std::vector<int>{6, 7, 8, 0, 1, 2}));
+  EXPECT_EQ(b.targets, (std::vector<int>{7, 8, 9, 1, 2, 3}));
+}
+
+TEST(CorpusTest, RanksTakeConsecutiveRowsOfTheGlobalBatch) {
+  Corpus corpus = counting(101);
+  const Batch global = corpus.batch(5, 4, 4);
+  std::vector<int> joined;
+  for (int r = 0; r < 2; ++r) {
+    Batch part = corpus.batch(5, 4, 4, r, 2);
+    EXPECT_EQ(part.batch, 2u);
+    joined.insert(joined.end(), part.inputs.begin(), part.inputs.end());
+  }
+  EXPECT_EQ(joined, global.inputs);
+}
+
+TEST(CorpusTest, LoadsBytesAsTokens) {
+  const auto path = std::filesystem::temp_directory_path() / "tinyllm_corpus_test.txt";
+  std::ofstream(path, std::ios::binary) << "ab\xff";
+  Corpus corpus = Corpus::load(path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(corpus.size(), 3u);
+  EXPECT_EQ(corpus.batch(0, 1, 2).inputs, (std::vector<int>{'a', 'b'}));
+  EXPECT_EQ(corpus.batch(0, 1, 2).targets, (std::vector<int>{'b', 255}));
+}
+
+TEST(CorpusTest, RejectsBadInput) {
+  EXPECT_THROW_WITH(Corpus::load("/nonexistent/tinyllm.txt"), std::invalid_argument, "cannot be opened");
+  const auto empty = std::filesystem::temp_directory_path() / "tinyllm_empty_test.txt";
+  std::ofstream(empty).close();
+  EXPECT_THROW_WITH(Corpus::load(empty.string()), std::invalid_argument, "is empty");
+  std::filesystem::remove(empty);
+  EXPECT_THROW_WITH(counting(4).batch(0, 1, 4), std::invalid_argument, "4 tokens, too few for one window of 4 + 1");
+  EXPECT_THROW_WITH(counting(50).batch(0, 10, 4, 0, 4), std::invalid_argument,
+                    "batch of 10 rows does not divide by world size 4");
+  EXPECT_THROW_WITH(counting(50).batch(0, 4, 4, 4, 4), std::invalid_argument, "rank 4 is not in a world of 4");
+}
+
+}  // namespace
+}  // namespace tinyllm::train
