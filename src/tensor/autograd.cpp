@@ -48,8 +48,10 @@ NoGradGuard::NoGradGuard() : previous_(std::exchange(grad_enabled, false)) {}
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
 
 void record(Tensor& out, std::vector<Tensor> inputs, BackwardFn backward) {
+  // Undefined inputs (an absent bias) take no part in the graph.
+  std::erase_if(inputs, [](const Tensor& input) { return !input.defined(); });
   bool any = false;
-  for (const Tensor& input : inputs) any = any || (input.defined() && input.requires_grad());
+  for (const Tensor& input : inputs) any = any || input.requires_grad();
   if (!any || !is_grad_enabled()) return;
   TensorImpl& impl = out.impl();
   impl.requires_grad = true;

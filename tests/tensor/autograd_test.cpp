@@ -85,6 +85,16 @@ TEST(AutogradTest, ConstantsProduceLeaves) {
   EXPECT_TRUE(autograd::needs_grad(a, Tensor::zeros({1}, true)));
 }
 
+TEST(AutogradTest, UndefinedInputsTakeNoPartInTheGraph) {
+  Tensor x = Tensor::from({2}, {1}, true);
+  Tensor y = Tensor::empty({1});
+  y.data()[0] = 3 * x.data()[0];
+  autograd::record(y, {x, Tensor()}, [x](const Tensor& out) { x.mutable_grad()[0] += 3 * out.grad()[0]; });
+  ASSERT_EQ(y.grad_fn()->inputs.size(), 1u);
+  y.backward();
+  EXPECT_EQ(grad_of(x), (std::vector<double>{3}));
+}
+
 TEST(AutogradTest, DeepChainsDoNotOverflowTheStack) {
   Tensor x = Tensor::from({1.0}, {1}, true);
   Tensor one = Tensor::from({1.0}, {1});
