@@ -1,0 +1,50 @@
+// AdamW exactly as torch.optim.AdamW (single-tensor path): decoupled weight
+// decay p ·= 1 − lr·wd, bias-corrected moments, eps added after the square
+// root. No amsgrad, maximize or parameter groups. References: Loshchilov &
+// Hutter, "Decoupled Weight Decay Regularization" (2019), Algorithm 2, and
+// https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "tinyllm/optim/optimizer.h"
+
+namespace tinyllm::optim {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class AdamW : public Optimizer {
+ public:
+  // std::invalid_argument unless lr >= 0, eps >= 0, 0 <= beta < 1 and
+  // weight_decay >= 0.
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  // Checks the options now, so a bad configuration fails before any rank
+  // builds an optimizer.
+  static OptimizerFactory factory(AdamWOptions options);
+
+  void step() override;
+  // "<i>.exp_avg", "<i>.exp_avg_sq" and the scalar "<i>.step" for each
+  // parameter that has had a grad at some step.
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
+
+  const AdamWOptions& options() const { return options_; }
+
+ private:
+  struct ParamState {
+    double step = 0;    // steps this parameter took (a whole number, kept as PyTorch's float)
+    Tensor exp_avg;     // m, undefined until the first step
+    Tensor exp_avg_sq;  // v
+  };
+
+  AdamWOptions options_;
+  std::vector<ParamState> state_;  // per parameter
+};
+
+}  // namespace tinyllm::optim
