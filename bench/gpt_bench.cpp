@@ -17,9 +17,13 @@ void BM_GPTForwardBackward(benchmark::State& state) {
     idx[i] = static_cast<int>((i * 31 + 7) % config.vocab_size);
     targets[i] = static_cast<int>((i * 17 + 3) % config.vocab_size);
   }
-  for (auto _ : state) {
+  auto step = [&] {
     model.zero_grad();
     model.loss(idx, targets, B, T).backward();
+  };
+  step();  // the first step touches fresh pages; the storage cache serves every later one
+  for (auto _ : state) {
+    step();
     benchmark::DoNotOptimize(model.parameters()[0].grad().data());
   }
   const double tokens = static_cast<double>(B * T);
@@ -30,7 +34,7 @@ void BM_GPTForwardBackward(benchmark::State& state) {
       benchmark::Counter(tokens * flops_per_token * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-BENCHMARK(BM_GPTForwardBackward)->ArgName("batch")->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GPTForwardBackward)->ArgName("batch")->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
 
 }  // namespace
 

@@ -21,7 +21,7 @@ struct TrainOptions {
   std::string data = kDefaultCorpus;
   std::size_t batch = 16;  // global batch, in windows of model.block_size tokens
   std::size_t steps = 50;
-  optim::AdamWOptions adamw{.lr = 3e-3, .betas = {0.9, 0.95}, .eps = 1e-8, .weight_decay = 0.1};
+  optim::AdamWOptions adamw{.lr = 1e-3, .betas = {0.9, 0.95}, .eps = 1e-8, .weight_decay = 0.1};
   std::uint64_t seed = 1337;
 };
 
