@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "support/expect_throw.h"
+#include "support/optim_reference.h"
 
 namespace tinyllm::optim {
 namespace {
@@ -106,30 +107,8 @@ TEST(AdamWTest, ExpAvgFollowsPyTorchsLerpForms) {
   }
 }
 
-// The inputs of tools/optim_reference.py: small integers over 8, exact in
-// any language. p0 [2, 3] has a grad at every step, p1 [4] at even steps only.
-double initial(int index, int j) { return ((5 * j + 3 * index) % 7 - 3) / 8.0; }
-double gradient(int index, int k, int j) { return ((37 * j + 101 * k + 17 * index + 11) % 29 - 14) / 8.0; }
-
-std::vector<Tensor> reference_params() {
-  Tensor p0 = Tensor::empty({2, 3});
-  Tensor p1 = Tensor::empty({4});
-  for (int j = 0; j < 6; ++j) p0.data()[j] = initial(0, j);
-  for (int j = 0; j < 4; ++j) p1.data()[j] = initial(1, j);
-  p0.set_requires_grad(true);
-  p1.set_requires_grad(true);
-  return {p0, p1};
-}
-
-void run_reference_steps(Optimizer& opt, const std::vector<Tensor>& params) {
-  for (int k = 0; k < 5; ++k) {
-    opt.zero_grad();
-    for (int j = 0; j < 6; ++j) params[0].mutable_grad()[j] = gradient(0, k, j);
-    if (k % 2 == 0)
-      for (int j = 0; j < 4; ++j) params[1].mutable_grad()[j] = gradient(1, k, j);
-    opt.step();
-  }
-}
+using testing::reference_params;
+using testing::run_reference_steps;
 
 struct AdamWReference {
   AdamWOptions options;

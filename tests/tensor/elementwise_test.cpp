@@ -13,6 +13,7 @@
 
 #include "support/expect_throw.h"
 #include "support/gradcheck.h"
+#include "support/indexing.h"
 
 namespace tinyllm {
 namespace {
@@ -64,15 +65,7 @@ double broadcast_at(const Tensor& t, const std::vector<std::size_t>& index) {
   return t.data()[offset];
 }
 
-// Row-major multi-index of flat position `flat` in `shape`.
-std::vector<std::size_t> unravel(std::size_t flat, const Shape& shape) {
-  std::vector<std::size_t> index(shape.size());
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    index[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return index;
-}
+using testing::unravel;
 
 void expect_matches_indexing(const BinaryOp& op, const std::function<double(double, double)>& reference) {
   unsigned seed = 1;

@@ -11,6 +11,7 @@
 
 #include "support/expect_throw.h"
 #include "support/gradcheck.h"
+#include "support/indexing.h"
 
 namespace tinyllm {
 namespace {
@@ -26,14 +27,7 @@ Tensor iota(const Shape& shape, bool requires_grad = false) {
   return Tensor::from(values, shape, requires_grad);
 }
 
-std::vector<std::size_t> unravel(std::size_t flat, const Shape& shape) {
-  std::vector<std::size_t> index(shape.size());
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    index[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return index;
-}
+using testing::unravel;
 
 std::size_t ravel(const std::vector<std::size_t>& index, const Shape& shape) {
   std::size_t flat = 0;
