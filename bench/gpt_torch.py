@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The peer for bench/gpt_bench.cpp: the same GPT (DESIGN.md's layout, tied
 head, tanh GELU, float64) in PyTorch on the CPU, timed the same way: one
-forward + backward of a batch of 16 x 64 tokens, best of several rounds.
+forward + backward of a batch of 16 x 64 tokens, the mean of several rounds
+after one warm-up round (Google Benchmark reports the mean too).
 Prints one JSON line: tokens/s and the threads it ran with."""
 import json, math, os, sys, time
 
@@ -62,14 +63,18 @@ def main():
     model = GPT().double()
     idx = torch.randint(0, 256, (B, T))
     targets = torch.randint(0, 256, (B, T))
-    best = float("inf")
-    for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else 20):
-        start = time.perf_counter()
+    def step():
         model.zero_grad(set_to_none=True)
         model(idx, targets).backward()
-        best = min(best, time.perf_counter() - start)
+
+    step()
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    start = time.perf_counter()
+    for _ in range(rounds):
+        step()
+    seconds = (time.perf_counter() - start) / rounds
     print(json.dumps({"peer": "pytorch " + torch.__version__, "threads": threads,
-                      "seconds": best, "tokens_per_s": B * T / best}))
+                      "seconds": seconds, "tokens_per_s": B * T / seconds}))
 
 
 if __name__ == "__main__":
