@@ -1,5 +1,6 @@
 #include "tinyllm/tensor/storage.h"
 
+#include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -29,6 +30,7 @@ class BlockCache {
         double* block = it->second.back();
         it->second.pop_back();
         cached_ -= bytes;
+        ASAN_UNPOISON_MEMORY_REGION(block, bytes);
         return block;
       }
     }
@@ -39,6 +41,9 @@ class BlockCache {
     {
       std::lock_guard lock(mutex_);
       if (cached_ + bytes <= kCacheLimit) {
+        // Under AddressSanitizer a cached block reads as freed memory, so a
+        // use after free is caught even though the block is never freed.
+        ASAN_POISON_MEMORY_REGION(block, bytes);
         free_[bytes].push_back(block);
         cached_ += bytes;
         return;
@@ -49,8 +54,12 @@ class BlockCache {
 
   std::size_t clear() {
     std::lock_guard lock(mutex_);
-    for (auto& [bytes, blocks] : free_)
-      for (double* block : blocks) std::free(block);
+    for (auto& [bytes, blocks] : free_) {
+      for (double* block : blocks) {
+        ASAN_UNPOISON_MEMORY_REGION(block, bytes);
+        std::free(block);
+      }
+    }
     free_.clear();
     return std::exchange(cached_, 0);
   }

@@ -99,5 +99,17 @@ TEST(StorageTest, EmptyCacheReturnsEveryCachedByte) {
   EXPECT_EQ(cached_bytes(), 0u);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// The cache must not hide a use after free from AddressSanitizer.
+TEST(StorageDeathTest, UseOfACachedBlockIsReported) {
+  double* stale = nullptr;
+  {
+    Storage s(1 << 16);
+    stale = s.data();
+  }
+  EXPECT_DEATH(stale[5] = 1.0, "use-after-poison");
+}
+#endif
+
 }  // namespace
 }  // namespace tinyllm
