@@ -109,6 +109,70 @@ TEST(GPTTest, WholeModelGradientMatchesFiniteDifferences) {
                                   model.parameters());
 }
 
+// An independent implementation agrees: the same tiny GPT in PyTorch
+// (tools/torch_gpt.py), every weight and token given by a formula exact in
+// both languages, gives this loss and these weighted gradient sums
+// Σ_j grad_j·((j mod 7) − 3), printed by tools/gpt_reference.py (torch 1.13).
+TEST(GPTTest, ProducesPyTorchValues) {
+  const double loss = 2.4111057680636412;
+  const std::vector<std::pair<std::string, double>> grad_sums = {
+      {"wte.weight", -0.032339167325725469},
+      {"wpe.weight", -0.11284756072146215},
+      {"h.0.ln_1.weight", 0.0035648990092971154},
+      {"h.0.ln_1.bias", -0.0020978263307116799},
+      {"h.0.attn.c_attn.weight", -0.0035291507064446302},
+      {"h.0.attn.c_attn.bias", 0.0035645168167406805},
+      {"h.0.attn.c_proj.weight", -0.00015994381970656311},
+      {"h.0.attn.c_proj.bias", 0.016846999989504785},
+      {"h.0.ln_2.weight", 0.019662265387715219},
+      {"h.0.ln_2.bias", -0.0028513542878554256},
+      {"h.0.mlp.c_fc.weight", -0.0017343496537942161},
+      {"h.0.mlp.c_fc.bias", 0.0018432714511265971},
+      {"h.0.mlp.c_proj.weight", -0.0021202653699013288},
+      {"h.0.mlp.c_proj.bias", 0.017840279403524926},
+      {"h.1.ln_1.weight", 0.0020780428224192078},
+      {"h.1.ln_1.bias", 0.0066457901693688058},
+      {"h.1.attn.c_attn.weight", 0.0028818450602748663},
+      {"h.1.attn.c_attn.bias", 0.0075266129393960872},
+      {"h.1.attn.c_proj.weight", 0.0035293426930916535},
+      {"h.1.attn.c_proj.bias", 0.017382754677539056},
+      {"h.1.ln_2.weight", -0.0094302762312935169},
+      {"h.1.ln_2.bias", 0.0043427673934330942},
+      {"h.1.mlp.c_fc.weight", -0.0028062942328424554},
+      {"h.1.mlp.c_fc.bias", 0.0075003152517081097},
+      {"h.1.mlp.c_proj.weight", 0.0017080434062919166},
+      {"h.1.mlp.c_proj.bias", 0.018361130793780642},
+      {"ln_f.weight", 0.058613082120214044},
+      {"ln_f.bias", -0.058072507196035753},
+  };
+
+  const std::size_t V = 11, T = 5, B = 2;
+  GPT model({.vocab_size = V, .block_size = T, .n_layer = 2, .n_head = 2, .n_embd = 8});
+  const auto named = model.named_parameters();
+  for (std::size_t k = 0; k < named.size(); ++k) {
+    auto data = named[k].second.data();
+    for (std::size_t j = 0; j < data.size(); ++j) {
+      data[j] = static_cast<double>(static_cast<long>((7 * j + 13 * k) % 17) - 8) / 40.0;
+    }
+  }
+  std::vector<int> idx(B * T), targets(B * T);
+  for (std::size_t i = 0; i < B * T; ++i) {
+    idx[i] = static_cast<int>((5 * i + 3) % V);
+    targets[i] = static_cast<int>((3 * i + 1) % V);
+  }
+  Tensor out = model.loss(idx, targets, B, T);
+  EXPECT_NEAR(out.item(), loss, 1e-13);
+  out.backward();
+  ASSERT_EQ(named.size(), grad_sums.size());
+  for (std::size_t k = 0; k < named.size(); ++k) {
+    ASSERT_EQ(named[k].first, grad_sums[k].first);
+    const auto grad = named[k].second.grad();
+    double sum = 0.0;
+    for (std::size_t j = 0; j < grad.size(); ++j) sum += grad[j] * (static_cast<double>(j % 7) - 3.0);
+    EXPECT_NEAR(sum, grad_sums[k].second, 1e-13) << named[k].first;
+  }
+}
+
 // It can learn: one fixed batch is memorised, the loss falling below 0.05.
 TEST(GPTTest, MemorisesAFixedBatch) {
   GPT model({.vocab_size = 16, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 16});
