@@ -1,5 +1,6 @@
 #include "tinyllm/tensor/autograd.h"
 
+#include <iterator>
 #include <stdexcept>
 #include <unordered_set>
 #include <utility>
@@ -40,6 +41,24 @@ std::vector<Tensor> topological_order(const Tensor& root) {
 }
 
 }  // namespace
+
+Node::~Node() {
+  // Each tensor whose last handle is ours hands its node's inputs to this
+  // loop before it dies, so its own destruction never recurses. Backward
+  // functions hold handles to the inputs too; they go first.
+  std::vector<Tensor> pending = std::move(inputs);
+  backward = nullptr;
+  while (!pending.empty()) {
+    Tensor tensor = std::move(pending.back());
+    pending.pop_back();
+    if (tensor.use_count() == 1 && tensor.grad_fn() && tensor.grad_fn().use_count() == 1) {
+      Node& node = *tensor.grad_fn();
+      std::move(node.inputs.begin(), node.inputs.end(), std::back_inserter(pending));
+      node.inputs.clear();
+      node.backward = nullptr;
+    }
+  }
+}
 
 bool is_grad_enabled() { return grad_enabled; }
 

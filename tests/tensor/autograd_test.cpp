@@ -104,5 +104,14 @@ TEST(AutogradTest, DeepChainsDoNotOverflowTheStack) {
   EXPECT_EQ(grad_of(x), (std::vector<double>{1.0}));
 }
 
+TEST(AutogradTest, DroppingADeepGraphDoesNotOverflowTheStack) {
+  Tensor x = Tensor::from({1.0}, {1}, true);
+  Tensor one = Tensor::from({1.0}, {1});
+  Tensor y = x;
+  for (int i = 0; i < 1000000; ++i) y = times(y, one);
+  y = Tensor();
+  EXPECT_EQ(x.use_count(), 1);
+}
+
 }  // namespace
 }  // namespace tinyllm

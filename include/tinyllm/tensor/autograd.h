@@ -20,6 +20,10 @@ namespace tinyllm::autograd {
 using BackwardFn = std::function<void(const Tensor& out)>;
 
 struct Node {
+  // Releases a graph that is dropped without a backward iteratively, so a
+  // chain of a million ops does not recurse a million frames deep.
+  ~Node();
+
   std::vector<Tensor> inputs;
   BackwardFn backward;  // empty once the graph has been freed
 };

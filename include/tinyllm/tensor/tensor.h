@@ -82,6 +82,7 @@ class Tensor {
 
   TensorImpl& impl() const;
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
+  long use_count() const { return impl_.use_count(); }  // handles sharing this array
 
  private:
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
