@@ -13,8 +13,11 @@
 
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/ops.h"
+#include "vec_math.h"
 
 namespace tinyllm {
+
+using detail::vexp;
 namespace {
 
 // Σ term(i) for i in [0, n), in four interleaved running sums. One running
@@ -194,30 +197,44 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 namespace {
 constexpr double kGeluA = 0.044715;
 constexpr double kGeluK = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // √(2/π)
+
+// The loops are functions of their own so that they can be cloned for AVX2
+// (see vec_math.h); both clones vectorise, since vexp is inline arithmetic.
+// y = x / (1 + exp(−2u)) and, with kSaveS, s = 1 / (1 + exp(−2u)).
+template <bool kSaveS>
+TINYLLM_VEC_CLONES void gelu_forward(const double* __restrict x, double* __restrict y, double* __restrict s,
+                                     std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double d = 1.0 + vexp(-2.0 * kGeluK * (v + kGeluA * v * v * v));
+    y[i] = v / d;
+    if constexpr (kSaveS) s[i] = 1.0 / d;
+  }
+}
+
+TINYLLM_VEC_CLONES void gelu_backward(const double* __restrict x, const double* __restrict s,
+                                      const double* __restrict dy, double* __restrict dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    dx[i] += dy[i] * (s[i] + 2.0 * v * s[i] * (1.0 - s[i]) * kGeluK * (1.0 + 3.0 * kGeluA * v * v));
+  }
+}
 }  // namespace
 
 Tensor gelu(const Tensor& x) {
   Tensor out = Tensor::empty(x.shape());
-  const double* xs = x.data().data();
-  double* o = out.data().data();
-  const std::size_t n = x.numel();
-  for (std::size_t i = 0; i < n; ++i) {
-    const double v = xs[i];
-    o[i] = v / (1.0 + std::exp(-2.0 * kGeluK * (v + kGeluA * v * v * v)));
+  if (!autograd::needs_grad(x)) {
+    gelu_forward<false>(x.data().data(), out.data().data(), nullptr, x.numel());
+    return out;
   }
-
-  if (!autograd::needs_grad(x)) return out;
-  // s is recomputed in the backward rather than saved: one array less to keep.
-  autograd::record(out, {x}, [x](const Tensor& y) {
-    const double* xs = x.data().data();
-    const double* dy = y.grad().data();
-    double* dx = x.mutable_grad().data();
-    const std::size_t n = x.numel();
-    for (std::size_t i = 0; i < n; ++i) {
-      const double v = xs[i];
-      const double s = 1.0 / (1.0 + std::exp(-2.0 * kGeluK * (v + kGeluA * v * v * v)));
-      dx[i] += dy[i] * (s + 2.0 * v * s * (1.0 - s) * kGeluK * (1.0 + 3.0 * kGeluA * v * v));
-    }
+  // s is saved for the backward rather than recomputed there: without its
+  // exp and division the backward is one pass over memory (at [1024, 512]
+  // here 0.8 ms instead of 1.9, for 0.1-0.3 ms more forward), worth one [n]
+  // buffer.
+  Tensor saved_s = Tensor::empty({x.numel()});  // [n]
+  gelu_forward<true>(x.data().data(), out.data().data(), saved_s.data().data(), x.numel());
+  autograd::record(out, {x}, [x, saved_s](const Tensor& y) {
+    gelu_backward(x.data().data(), saved_s.data().data(), y.grad().data(), x.mutable_grad().data(), x.numel());
   });
   return out;
 }
@@ -226,6 +243,21 @@ Tensor gelu(const Tensor& x) {
 // cross_entropy: rows of V logits; per row, lse = m + log Σ exp(x − m) with
 // m the row max (so exp never overflows), loss_n = lse − x[target].
 // Backward: dx = (softmax − onehot(target)) · dL / N, softmax = exp(x − lse).
+
+namespace {
+// e[v] = exp(row[v] − shift). Apart from the sum that follows it, so that it
+// vectorises: a running sum in the same loop would hold it to one element at
+// a time, and summing in a new order would change the loss's last bits.
+TINYLLM_VEC_CLONES void exp_shifted(const double* __restrict row, double shift, double* __restrict e, std::size_t n) {
+  for (std::size_t v = 0; v < n; ++v) e[v] = vexp(row[v] - shift);
+}
+
+// drow[v] += exp(row[v] − shift) · scale
+TINYLLM_VEC_CLONES void add_exp_shifted(const double* __restrict row, double shift, double scale,
+                                        double* __restrict drow, std::size_t n) {
+  for (std::size_t v = 0; v < n; ++v) drow[v] += vexp(row[v] - shift) * scale;
+}
+}  // namespace
 
 Tensor cross_entropy(const Tensor& logits, std::span<const int> targets) {
   if (logits.dim() == 0) {
@@ -258,13 +290,16 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int> targets) {
   const bool grad = autograd::needs_grad(logits);
   Tensor saved_lse = grad ? Tensor::empty({N}) : Tensor();  // [N]
   const double* xs = logits.data().data();
+  Tensor exps = Tensor::empty({V});  // [V], one row's exp(x − m) at a time
+  double* e = exps.data().data();
   double total = 0.0;
   for (std::size_t n = 0; n < N; ++n) {
     const double* row = xs + n * V;
     double m = row[0];
     for (std::size_t v = 1; v < V; ++v) m = std::max(m, row[v]);
+    exp_shifted(row, m, e, V);
     double s = 0.0;
-    for (std::size_t v = 0; v < V; ++v) s += std::exp(row[v] - m);
+    for (std::size_t v = 0; v < V; ++v) s += e[v];
     const double log_s = std::log(s);
     // (m − x[t]) + log s, not lse − x[t]: at logits of 1e4 the latter would
     // subtract two numbers near 1e4 and keep only ~12 digits of a small loss.
@@ -285,7 +320,7 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int> targets) {
         for (std::size_t n = 0; n < N; ++n) {
           const double* row = xs + n * V;
           double* drow = dx + n * V;
-          for (std::size_t v = 0; v < V; ++v) drow[v] += std::exp(row[v] - lse[n]) * scale;
+          add_exp_shifted(row, lse[n], scale, drow, V);
           drow[targets[n]] -= scale;
         }
       });
