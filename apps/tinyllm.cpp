@@ -1,9 +1,9 @@
 // The tinyllm command. The only place that catches, prints and exits.
-#include <cstdio>
-#include <exception>
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
+#include <cstdio>
+#include <exception>
 
 #include "tinyllm/train/trainer.h"
 
@@ -33,8 +33,8 @@ int run_train(const tinyllm::train::TrainOptions& o) {
     fmt::print("step {:>5}/{}  loss {:.4f}  {:>8.0f} tokens/s\n", r.step + 1, o.steps, r.loss, r.tokens_per_second);
     std::fflush(stdout);
   });
-  fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s\n", summary.num_parameters,
-             summary.first_loss, summary.last_loss, summary.seconds);
+  fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s\n", summary.num_parameters, summary.first_loss,
+             summary.last_loss, summary.seconds);
   return 0;
 }
 

@@ -78,14 +78,8 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes_moved(n));
 }
 
-BENCHMARK(BM_AdamWStep)
-    ->ArgNames({"n"})
-    ->Arg(1 << 16)
-    ->Arg(1 << 20)
-    ->Arg(1 << 24)
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Memcpy)->ArgNames({"n"})->Arg(1 << 16)->Arg(1 << 20)->Arg(1 << 24)->Unit(
-    benchmark::kMicrosecond);
+BENCHMARK(BM_AdamWStep)->ArgNames({"n"})->Arg(1 << 16)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Memcpy)->ArgNames({"n"})->Arg(1 << 16)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -3,7 +3,6 @@
 // process, in tokens/s, with the model FLOPs it implies (6 per parameter per
 // token for the products, plus 12·L·T·C per token for attention's two).
 #include <benchmark/benchmark.h>
-
 #include <tinyllm/nn/gpt.h>
 
 namespace {

@@ -4,11 +4,10 @@
 // Counter vs_dgemm = dgemm's time / linear's time (1.0 = no overhead).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
-
-#include <chrono>
-
 #include <tinyllm/tensor/ops.h>
 #include <tinyllm/tensor/random.h>
+
+#include <chrono>
 
 namespace {
 

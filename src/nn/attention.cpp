@@ -1,8 +1,8 @@
 #include "tinyllm/nn/attention.h"
 
-#include <stdexcept>
-
 #include <fmt/format.h>
+
+#include <stdexcept>
 
 #include "tinyllm/tensor/ops.h"
 

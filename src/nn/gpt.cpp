@@ -1,9 +1,9 @@
 #include "tinyllm/nn/gpt.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "tinyllm/tensor/ops.h"
 

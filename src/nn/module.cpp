@@ -1,8 +1,8 @@
 #include "tinyllm/nn/module.h"
 
-#include <stdexcept>
-
 #include <fmt/format.h>
+
+#include <stdexcept>
 
 namespace tinyllm::nn {
 

@@ -22,8 +22,7 @@ Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].defined()) {
-      throw std::invalid_argument(
-          fmt::format("Optimizer: parameter {} must be defined (got an undefined tensor)", i));
+      throw std::invalid_argument(fmt::format("Optimizer: parameter {} must be defined (got an undefined tensor)", i));
     }
     if (!params_[i].is_leaf()) {
       throw std::invalid_argument(
@@ -32,8 +31,8 @@ Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (params_[j].same(params_[i])) {
-        throw std::invalid_argument(fmt::format(
-            "Optimizer: parameter {} must appear once (got the same tensor as parameter {})", i, j));
+        throw std::invalid_argument(
+            fmt::format("Optimizer: parameter {} must appear once (got the same tensor as parameter {})", i, j));
       }
     }
   }
@@ -80,9 +79,8 @@ std::vector<std::optional<Optimizer::ParamEntries>> Optimizer::parse_state_dict(
   }
 
   std::vector<std::string> unexpected, duplicate, wrong_shape;
-  auto locate =
-      [&](const std::string& name,
-          std::span<const std::string_view> fields) -> std::optional<std::pair<std::size_t, std::size_t>> {
+  auto locate = [&](const std::string& name,
+                    std::span<const std::string_view> fields) -> std::optional<std::pair<std::size_t, std::size_t>> {
     const auto parts = split_name(name);
     if (!parts || parts->first >= params_.size()) return std::nullopt;
     const auto field = find_field(fields, parts->second);
@@ -137,8 +135,8 @@ std::vector<std::optional<Optimizer::ParamEntries>> Optimizer::parse_state_dict(
   if (!unexpected.empty()) {
     std::vector<std::string_view> fields(tensor_fields.begin(), tensor_fields.end());
     fields.insert(fields.end(), scalar_fields.begin(), scalar_fields.end());
-    problems.push_back(fmt::format("unexpected {} (names are <i>.{{{}}} for i < {})",
-                                   fmt::join(unexpected, ", "), fmt::join(fields, ", "), params_.size()));
+    problems.push_back(fmt::format("unexpected {} (names are <i>.{{{}}} for i < {})", fmt::join(unexpected, ", "),
+                                   fmt::join(fields, ", "), params_.size()));
   }
   if (!duplicate.empty()) problems.push_back(fmt::format("duplicate {}", fmt::join(duplicate, ", ")));
   for (std::string& p : wrong_shape) problems.push_back(std::move(p));

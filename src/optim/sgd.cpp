@@ -26,9 +26,8 @@ void check_options(const SGDOptions& o) {
     throw std::invalid_argument(fmt::format("SGD: weight_decay must be >= 0 (got {})", o.weight_decay));
   }
   if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
-    throw std::invalid_argument(
-        fmt::format("SGD: nesterov needs momentum > 0 and dampening 0 (got momentum {}, dampening {})",
-                    o.momentum, o.dampening));
+    throw std::invalid_argument(fmt::format(
+        "SGD: nesterov needs momentum > 0 and dampening 0 (got momentum {}, dampening {})", o.momentum, o.dampening));
   }
 }
 
@@ -105,8 +104,7 @@ void SGD::load_state_dict(const StateDict& state) {
   // Without momentum SGD keeps nothing, so any buffer is an unexpected name.
   static constexpr std::array<std::string_view, 1> kWithMomentum = {"momentum_buffer"};
   const std::span<const std::string_view> tensor_fields =
-      options_.momentum != 0 ? std::span<const std::string_view>(kWithMomentum)
-                             : std::span<const std::string_view>();
+      options_.momentum != 0 ? std::span<const std::string_view>(kWithMomentum) : std::span<const std::string_view>();
   const auto entries = parse_state_dict(state, "SGD", tensor_fields, {});
   // Fresh arrays, so the state never aliases the caller's tensors or itself.
   for (std::size_t i = 0; i < params_.size(); ++i) {

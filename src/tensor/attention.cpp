@@ -15,9 +15,9 @@
 #include <cstddef>
 #include <stdexcept>
 
+#include "blas.h"
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/ops.h"
-#include "blas.h"
 #include "vec_math.h"
 
 namespace tinyllm {

@@ -3,14 +3,14 @@
 // it was stretched along. Not in-place and float64 only (no type promotion).
 // Reference: numpy.org/doc/stable/user/basics.broadcasting.html; torch.add,
 // torch.sub, torch.mul.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/check.h"
@@ -57,8 +57,7 @@ BroadcastPlan make_plan(const char* op, const Shape& a, const Shape& b) {
     } else if (pa[d] == 1) {
       plan.out_shape[d] = pb[d];
     } else {
-      throw std::invalid_argument(
-          fmt::format("{}: shapes {} and {} do not broadcast", op, to_string(a), to_string(b)));
+      throw std::invalid_argument(fmt::format("{}: shapes {} and {} do not broadcast", op, to_string(a), to_string(b)));
     }
   }
 
@@ -201,8 +200,7 @@ Tensor add_or_sub(const char* op, const Tensor& a, const Tensor& b, double b_sig
   autograd::record(out, {a, b}, [a, b, b_sign, plan = std::move(plan)](const Tensor& y) {
     const double* dy = y.grad().data();
     if (a.requires_grad()) {
-      accumulate_grad<true>(plan, dy, b.data().data(), a.mutable_grad().data(),
-                            [](double d, double) { return d; });
+      accumulate_grad<true>(plan, dy, b.data().data(), a.mutable_grad().data(), [](double d, double) { return d; });
     }
     if (b.requires_grad()) {
       accumulate_grad<false>(plan, dy, a.data().data(), b.mutable_grad().data(),

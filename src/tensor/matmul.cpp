@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "blas.h"
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/ops.h"
-#include "blas.h"
 
 namespace tinyllm {
 

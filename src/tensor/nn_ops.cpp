@@ -3,13 +3,13 @@
 // (those are nn::Embedding, nn::LayerNorm), only the arithmetic. Reference:
 // torch.nn.functional.{embedding, layer_norm, gelu(approximate="tanh"),
 // cross_entropy}; the loops follow llm.c's train_gpt2.c.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/ops.h"
@@ -56,8 +56,8 @@ Tensor embedding(const Tensor& weight, std::span<const int> ids, const Shape& id
   const std::size_t C = weight.shape()[1];
   for (std::size_t p = 0; p < ids.size(); ++p) {
     if (ids[p] < 0 || static_cast<std::size_t>(ids[p]) >= V) {
-      throw std::invalid_argument(fmt::format(
-          "embedding: token id {} at position {} is outside the vocabulary [0, {})", ids[p], p, V));
+      throw std::invalid_argument(
+          fmt::format("embedding: token id {} at position {} is outside the vocabulary [0, {})", ids[p], p, V));
     }
   }
 
@@ -73,17 +73,16 @@ Tensor embedding(const Tensor& weight, std::span<const int> ids, const Shape& id
 
   if (!autograd::needs_grad(weight)) return out;
   // The caller's span may not outlive this call, so the backward keeps a copy.
-  autograd::record(out, {weight},
-                   [weight, ids = std::vector<int>(ids.begin(), ids.end()), C](const Tensor& y) {
-                     double* dw = weight.mutable_grad().data();
-                     const double* dy = y.grad().data();
-                     // In position order, so a row picked twice sums its grads the same way every run.
-                     for (std::size_t p = 0; p < ids.size(); ++p) {
-                       double* dst = dw + static_cast<std::size_t>(ids[p]) * C;
-                       const double* src = dy + p * C;
-                       for (std::size_t c = 0; c < C; ++c) dst[c] += src[c];
-                     }
-                   });
+  autograd::record(out, {weight}, [weight, ids = std::vector<int>(ids.begin(), ids.end()), C](const Tensor& y) {
+    double* dw = weight.mutable_grad().data();
+    const double* dy = y.grad().data();
+    // In position order, so a row picked twice sums its grads the same way every run.
+    for (std::size_t p = 0; p < ids.size(); ++p) {
+      double* dst = dw + static_cast<std::size_t>(ids[p]) * C;
+      const double* src = dy + p * C;
+      for (std::size_t c = 0; c < C; ++c) dst[c] += src[c];
+    }
+  });
   return out;
 }
 
@@ -93,10 +92,9 @@ Tensor embedding(const Tensor& weight, std::span<const int> ids, const Shape& id
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   if (!x.defined() || !weight.defined() || !bias.defined()) {
-    throw std::invalid_argument(
-        fmt::format("layer_norm: x, weight and bias must all be defined (got {}, {}, {})",
-                    x.defined() ? "defined" : "undefined", weight.defined() ? "defined" : "undefined",
-                    bias.defined() ? "defined" : "undefined"));
+    throw std::invalid_argument(fmt::format(
+        "layer_norm: x, weight and bias must all be defined (got {}, {}, {})", x.defined() ? "defined" : "undefined",
+        weight.defined() ? "defined" : "undefined", bias.defined() ? "defined" : "undefined"));
   }
   if (x.dim() == 0) {
     throw std::invalid_argument(
@@ -108,8 +106,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                                             to_string(x.shape()), to_string(weight.shape())));
   }
   if (bias.shape() != Shape{C}) {
-    throw std::invalid_argument(fmt::format("layer_norm: bias must be [{}] for x {} (got {})", C,
-                                            to_string(x.shape()), to_string(bias.shape())));
+    throw std::invalid_argument(fmt::format("layer_norm: bias must be [{}] for x {} (got {})", C, to_string(x.shape()),
+                                            to_string(bias.shape())));
   }
   const std::size_t N = C == 0 ? 0 : x.numel() / C;
 
@@ -261,13 +259,13 @@ TINYLLM_VEC_CLONES void add_exp_shifted(const double* __restrict row, double shi
 
 Tensor cross_entropy(const Tensor& logits, std::span<const int> targets) {
   if (logits.dim() == 0) {
-    throw std::invalid_argument(fmt::format("cross_entropy: logits must have a last dim [..., V] (got {})",
-                                            to_string(logits.shape())));
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: logits must have a last dim [..., V] (got {})", to_string(logits.shape())));
   }
   const std::size_t V = logits.shape().back();
   if (V == 0) {
-    throw std::invalid_argument(fmt::format(
-        "cross_entropy: vocabulary size V must be positive (got logits {})", to_string(logits.shape())));
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: vocabulary size V must be positive (got logits {})", to_string(logits.shape())));
   }
   const std::size_t N = logits.numel() / V;
   if (targets.size() != N) {
@@ -282,8 +280,8 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int> targets) {
   }
   for (std::size_t n = 0; n < N; ++n) {
     if (targets[n] < 0 || static_cast<std::size_t>(targets[n]) >= V) {
-      throw std::invalid_argument(fmt::format(
-          "cross_entropy: target {} in row {} is outside the vocabulary [0, {})", targets[n], n, V));
+      throw std::invalid_argument(
+          fmt::format("cross_entropy: target {} in row {} is outside the vocabulary [0, {})", targets[n], n, V));
     }
   }
 

@@ -3,12 +3,12 @@
 // Tensor.narrow as if followed by .contiguous()), and each backward adds the
 // output's gradient back into the input's layout. Copies move whole runs of
 // the contiguous inner block, never one index computation per element.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/ops.h"
@@ -21,8 +21,8 @@ std::size_t wrap_dim(const char* op, int dim, const Shape& shape) {
   const int rank = static_cast<int>(shape.size());
   const int d = dim < 0 ? dim + rank : dim;
   if (d < 0 || d >= rank) {
-    throw std::invalid_argument(fmt::format("{}: dim {} is out of range for shape {} (must be in [{}, {}))", op,
-                                            dim, to_string(shape), -rank, rank));
+    throw std::invalid_argument(fmt::format("{}: dim {} is out of range for shape {} (must be in [{}, {}))", op, dim,
+                                            to_string(shape), -rank, rank));
   }
   return static_cast<std::size_t>(d);
 }

@@ -1,10 +1,10 @@
 #include "tinyllm/tensor/tensor.h"
 
-#include <algorithm>
-#include <stdexcept>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <stdexcept>
 
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/check.h"
@@ -30,8 +30,8 @@ Tensor Tensor::empty(Shape shape) {
 
 Tensor Tensor::from(std::vector<double> values, Shape shape, bool requires_grad) {
   if (values.size() != numel_of(shape)) {
-    throw std::invalid_argument(fmt::format("Tensor::from: {} values do not fill shape {} ({} elements)",
-                                            values.size(), to_string(shape), numel_of(shape)));
+    throw std::invalid_argument(fmt::format("Tensor::from: {} values do not fill shape {} ({} elements)", values.size(),
+                                            to_string(shape), numel_of(shape)));
   }
   Tensor t = empty(std::move(shape));
   std::copy(values.begin(), values.end(), t.data().begin());
@@ -117,9 +117,9 @@ Tensor Tensor::clone() const {
 
 void Tensor::backward() const {
   if (numel() != 1) {
-    throw std::invalid_argument(fmt::format(
-        "Tensor::backward: the root must have one element without a gradient argument (got shape {})",
-        to_string(shape())));
+    throw std::invalid_argument(
+        fmt::format("Tensor::backward: the root must have one element without a gradient argument (got shape {})",
+                    to_string(shape())));
   }
   backward(Tensor::full(shape(), 1.0));
 }

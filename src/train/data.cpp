@@ -1,10 +1,10 @@
 #include "tinyllm/train/data.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace tinyllm::train {
 
@@ -29,8 +29,8 @@ std::size_t Corpus::num_windows(std::size_t seq) const {
 Batch Corpus::batch(std::size_t step, std::size_t batch, std::size_t seq, int rank, int world) const {
   const std::size_t windows = num_windows(seq);
   if (windows == 0) {
-    throw std::invalid_argument(fmt::format("{} has {} tokens, too few for one window of {} + 1 tokens", name_,
-                                            tokens_.size(), seq));
+    throw std::invalid_argument(
+        fmt::format("{} has {} tokens, too few for one window of {} + 1 tokens", name_, tokens_.size(), seq));
   }
   if (world < 1 || rank < 0 || rank >= world) {
     throw std::invalid_argument(fmt::format("Corpus: rank {} is not in a world of {}", rank, world));

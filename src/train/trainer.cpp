@@ -1,10 +1,10 @@
 #include "tinyllm/train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "tinyllm/train/data.h"
 
@@ -34,8 +34,8 @@ TrainSummary train(const TrainOptions& options, const std::function<void(const S
     if (step == 0) summary.first_loss = value;
     summary.last_loss = value;
     if (on_step) {
-      on_step({.step = step, .loss = value, .seconds = seconds,
-               .tokens_per_second = static_cast<double>(B * T) / seconds});
+      on_step(
+          {.step = step, .loss = value, .seconds = seconds, .tokens_per_second = static_cast<double>(B * T) / seconds});
     }
   }
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -1,12 +1,10 @@
-#include <tinyllm/nn/gpt.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/nn/gpt.h>
+#include <tinyllm/optim/adamw.h>
+#include <tinyllm/tensor/autograd.h>
 
 #include <cmath>
 #include <numeric>
-
-#include <tinyllm/optim/adamw.h>
-#include <tinyllm/tensor/autograd.h>
 
 #include "support/expect_throw.h"
 #include "support/gradcheck.h"
@@ -16,7 +14,8 @@ namespace {
 
 std::vector<int> tokens(std::size_t n, int vocab, int salt = 0) {
   std::vector<int> ids(n);
-  for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<int>((i * 7 + static_cast<std::size_t>(salt) * 3 + 1) % static_cast<std::size_t>(vocab));
+  for (std::size_t i = 0; i < n; ++i)
+    ids[i] = static_cast<int>((i * 7 + static_cast<std::size_t>(salt) * 3 + 1) % static_cast<std::size_t>(vocab));
   return ids;
 }
 
@@ -26,13 +25,18 @@ TEST(GPTTest, ParameterNamesShapesAndOrder) {
   std::vector<std::pair<std::string, Shape>> expected = {{"wte.weight", {V, C}}, {"wpe.weight", {T, C}}};
   for (int i = 0; i < 2; ++i) {
     const std::string p = "h." + std::to_string(i) + ".";
-    std::vector<std::pair<std::string, Shape>> block = {
-        {p + "ln_1.weight", {C}},           {p + "ln_1.bias", {C}},
-        {p + "attn.c_attn.weight", {3 * C, C}}, {p + "attn.c_attn.bias", {3 * C}},
-        {p + "attn.c_proj.weight", {C, C}}, {p + "attn.c_proj.bias", {C}},
-        {p + "ln_2.weight", {C}},           {p + "ln_2.bias", {C}},
-        {p + "mlp.c_fc.weight", {4 * C, C}}, {p + "mlp.c_fc.bias", {4 * C}},
-        {p + "mlp.c_proj.weight", {C, 4 * C}}, {p + "mlp.c_proj.bias", {C}}};
+    std::vector<std::pair<std::string, Shape>> block = {{p + "ln_1.weight", {C}},
+                                                        {p + "ln_1.bias", {C}},
+                                                        {p + "attn.c_attn.weight", {3 * C, C}},
+                                                        {p + "attn.c_attn.bias", {3 * C}},
+                                                        {p + "attn.c_proj.weight", {C, C}},
+                                                        {p + "attn.c_proj.bias", {C}},
+                                                        {p + "ln_2.weight", {C}},
+                                                        {p + "ln_2.bias", {C}},
+                                                        {p + "mlp.c_fc.weight", {4 * C, C}},
+                                                        {p + "mlp.c_fc.bias", {4 * C}},
+                                                        {p + "mlp.c_proj.weight", {C, 4 * C}},
+                                                        {p + "mlp.c_proj.bias", {C}}};
     expected.insert(expected.end(), block.begin(), block.end());
   }
   expected.push_back({"ln_f.weight", {C}});

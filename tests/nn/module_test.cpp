@@ -1,6 +1,5 @@
-#include <tinyllm/nn/module.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/nn/module.h>
 
 #include "support/expect_throw.h"
 
@@ -39,8 +38,8 @@ std::vector<std::string> names_of(const Module& m) {
 
 TEST(ModuleTest, NamedParametersInRegistrationOrderWithDottedNames) {
   Tree tree;
-  EXPECT_EQ(names_of(tree), (std::vector<std::string>{"own", "first.a", "first.b", "list.0.a", "list.0.b",
-                                                      "list.1.a", "list.1.b"}));
+  EXPECT_EQ(names_of(tree),
+            (std::vector<std::string>{"own", "first.a", "first.b", "list.0.a", "list.0.b", "list.1.a", "list.1.b"}));
   const auto params = tree.parameters();
   ASSERT_EQ(params.size(), 7u);
   EXPECT_TRUE(params[1].same(tree.first->a));

@@ -29,8 +29,7 @@ TEST(OptimizerTest, RejectsAnEmptyParameterList) {
 
 TEST(OptimizerTest, RejectsAnUndefinedTensor) {
   Tensor w = Tensor::zeros({2}, true);
-  EXPECT_THROW_WITH(CountingOptimizer({w, Tensor()}), std::invalid_argument,
-                    "Optimizer: parameter 1 must be defined");
+  EXPECT_THROW_WITH(CountingOptimizer({w, Tensor()}), std::invalid_argument, "Optimizer: parameter 1 must be defined");
 }
 
 TEST(OptimizerTest, RejectsANonLeaf) {

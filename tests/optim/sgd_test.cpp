@@ -96,29 +96,28 @@ TEST(SGDTest, ProducesPyTorchValues) {
   // Printed by tools/optim_reference.py with torch 1.13, 5 steps.
   const std::vector<SGDReference> references = {
       {{.lr = 0.1},
-       {-0.48750000000000004, 0.36250000000000004, -0.38750000000000007, -0.05000000000000001,
-        0.074999999999999983, 0.049999999999999996},
+       {-0.48750000000000004, 0.36250000000000004, -0.38750000000000007, -0.05000000000000001, 0.074999999999999983,
+        0.049999999999999996},
        {-0.48750000000000004, 0.050000000000000003, 0.375, -0.17500000000000002},
        {},
        {}},
       {{.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01},
-       {-0.52639429931099613, 0.35367967794186506, -0.50608582320444639, -0.020099831802212399,
-        -0.010214153134017773, 0.0002086443043373608},
+       {-0.52639429931099613, 0.35367967794186506, -0.50608582320444639, -0.020099831802212399, -0.010214153134017773,
+        0.0002086443043373608},
        {-0.44337998646875004, 0.0052571820096874991, 0.36270108275890628, -0.15252844171578128},
        {0.72608345782228345, -0.8121055994651204, 2.9224155716432545, -1.6091622368933542, 2.158117891856322,
         0.58716987692761657},
        {4.0808872293750005, -2.5360385151937499, -0.0019637176781249961, 2.5100756468156251}},
       {{.lr = 0.1, .momentum = 0.8, .weight_decay = 0.02, .nesterov = true},
-       {-0.7306717386346393, 0.55210463102982499, -1.1041304995442329, 0.27410853149837666,
-        -0.5318593777541194, -0.099350229411216878},
+       {-0.7306717386346393, 0.55210463102982499, -1.1041304995442329, 0.27410853149837666, -0.5318593777541194,
+        -0.099350229411216878},
        {-1.1789766824000001, 0.4562008288640001, 0.35544332690399999, -0.60777021823200006},
        {0.5693843156558186, -0.76642489890276044, 2.5388418373657378, -1.4984835670850256, 1.8649160012283958,
         0.47097395462489355},
        {3.9005926799999999, -2.4867646048000003, -0.027753482799999993, 2.3887562124000001}},
   };
   for (const SGDReference& ref : references) {
-    SCOPED_TRACE(::testing::Message()
-                 << "momentum " << ref.options.momentum << ", nesterov " << ref.options.nesterov);
+    SCOPED_TRACE(::testing::Message() << "momentum " << ref.options.momentum << ", nesterov " << ref.options.nesterov);
     std::vector<Tensor> params = reference_params();
     SGD sgd(params, ref.options);
     run_reference_steps(sgd, params);
@@ -210,8 +209,7 @@ TEST(SGDTest, LoadStateDictRejectsBadNamesAndShapes) {
   StateDict extra;
   extra.tensors.emplace_back("1.momentum_buffer", Tensor::zeros({2, 3}));
   extra.scalars.emplace_back("0.step", 1);
-  EXPECT_THROW_WITH(sgd.load_state_dict(extra), std::invalid_argument,
-                    "unexpected 1.momentum_buffer, 0.step");
+  EXPECT_THROW_WITH(sgd.load_state_dict(extra), std::invalid_argument, "unexpected 1.momentum_buffer, 0.step");
 
   SGD plain({a}, {.lr = 0.1});
   StateDict buffer;
@@ -227,8 +225,7 @@ TEST(SGDTest, RejectsNegativeLr) {
 
 TEST(SGDTest, RejectsNegativeMomentum) {
   Tensor w = Tensor::zeros({1}, true);
-  EXPECT_THROW_WITH(SGD({w}, {.momentum = -0.5}), std::invalid_argument,
-                    "SGD: momentum must be >= 0 (got -0.5)");
+  EXPECT_THROW_WITH(SGD({w}, {.momentum = -0.5}), std::invalid_argument, "SGD: momentum must be >= 0 (got -0.5)");
 }
 
 TEST(SGDTest, RejectsNegativeWeightDecay) {

@@ -2,19 +2,19 @@
 // `fragment`, so an error test pins what the user reads, not only the type.
 #pragma once
 
-#include <string>
-
 #include <gtest/gtest.h>
 
-#define EXPECT_THROW_WITH(statement, type, fragment)                                         \
-  EXPECT_THROW(                                                                              \
-      {                                                                                      \
-        try {                                                                                \
-          statement;                                                                         \
-        } catch (const type& error) {                                                        \
-          EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)             \
-              << "message \"" << error.what() << "\" lacks \"" << (fragment) << "\"";        \
-          throw;                                                                             \
-        }                                                                                    \
-      },                                                                                     \
+#include <string>
+
+#define EXPECT_THROW_WITH(statement, type, fragment)                                  \
+  EXPECT_THROW(                                                                       \
+      {                                                                               \
+        try {                                                                         \
+          statement;                                                                  \
+        } catch (const type& error) {                                                 \
+          EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)      \
+              << "message \"" << error.what() << "\" lacks \"" << (fragment) << "\""; \
+          throw;                                                                      \
+        }                                                                             \
+      },                                                                              \
       type)

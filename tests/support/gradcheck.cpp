@@ -1,11 +1,10 @@
 #include "support/gradcheck.h"
 
 #include <gtest/gtest.h>
-
-#include <cmath>
-
 #include <tinyllm/tensor/autograd.h>
 #include <tinyllm/tensor/random.h>
+
+#include <cmath>
 
 namespace tinyllm::testing {
 namespace {
@@ -47,8 +46,8 @@ void expect_gradients_match(const OpUnderTest& f, const std::vector<Tensor>& inp
       const double numeric = (plus - minus) / (2.0 * options.eps);
       const double analytic = input.grad()[i];
       if (std::abs(analytic - numeric) > options.atol + options.rtol * std::abs(numeric) && reported++ < 10) {
-        ADD_FAILURE() << "input " << which << " shape " << to_string(input.shape()) << " element " << i
-                      << ": analytic " << analytic << " numeric " << numeric;
+        ADD_FAILURE() << "input " << which << " shape " << to_string(input.shape()) << " element " << i << ": analytic "
+                      << analytic << " numeric " << numeric;
       }
     }
   }

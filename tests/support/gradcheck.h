@@ -4,15 +4,15 @@
 // numeric one from (F(x + eps) - F(x - eps)) / 2eps, element by element.
 #pragma once
 
+#include <tinyllm/tensor/tensor.h>
+
 #include <functional>
 #include <vector>
-
-#include <tinyllm/tensor/tensor.h>
 
 namespace tinyllm::testing {
 
 struct GradcheckOptions {
-  double eps = 1e-6;   // central difference: truncation error ~eps², rounding ~1e-16/eps
+  double eps = 1e-6;  // central difference: truncation error ~eps², rounding ~1e-16/eps
   double atol = 1e-7;
   double rtol = 1e-6;  // |analytic - numeric| <= atol + rtol·|numeric|
 };
@@ -20,8 +20,7 @@ struct GradcheckOptions {
 using OpUnderTest = std::function<Tensor(const std::vector<Tensor>&)>;
 
 // Checks every element of every input that requires grad.
-void expect_gradients_match(const OpUnderTest& f, const std::vector<Tensor>& inputs,
-                            GradcheckOptions options = {});
+void expect_gradients_match(const OpUnderTest& f, const std::vector<Tensor>& inputs, GradcheckOptions options = {});
 
 // A leaf of the given shape with N(0, 1) values from `seed`, requiring grad.
 Tensor random_leaf(const Shape& shape, unsigned seed);

@@ -1,9 +1,9 @@
 // Row-major multi-index helpers for tests that check ops element by element.
 #pragma once
 
-#include <vector>
-
 #include <tinyllm/tensor/tensor.h>
+
+#include <vector>
 
 namespace tinyllm::testing {
 

@@ -3,9 +3,9 @@
 // p0 [2, 3] has a grad at every step, p1 [4] at even steps only.
 #pragma once
 
-#include <vector>
-
 #include <tinyllm/optim/optimizer.h>
+
+#include <vector>
 
 namespace tinyllm::testing {
 

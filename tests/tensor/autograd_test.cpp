@@ -1,8 +1,7 @@
 // The engine alone, on ops defined here through autograd::record, so these
 // tests hold whatever the op files do.
-#include <tinyllm/tensor/autograd.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/tensor/autograd.h>
 
 #include "support/expect_throw.h"
 

@@ -2,14 +2,12 @@
 // one shape a suffix of the other in both directions, scalars, and general
 // stretching of a, b or both) against per-element indexing, gradient checks
 // on all of them, the operator forms, and the error messages.
-#include <tinyllm/tensor/ops.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/tensor/autograd.h>
+#include <tinyllm/tensor/ops.h>
 
 #include <functional>
 #include <vector>
-
-#include <tinyllm/tensor/autograd.h>
 
 #include "support/expect_throw.h"
 #include "support/gradcheck.h"
@@ -211,8 +209,7 @@ TEST(MulTest, ByDoubleScalesValuesAndGradient) {
   EXPECT_EQ(grad_of(x), (std::vector<double>{2.5, 5, 7.5}));
   for (const Shape& shape : {Shape{}, Shape{1}, Shape{4}, Shape{2, 1, 3}}) {
     SCOPED_TRACE(to_string(shape));
-    expect_gradients_match([](const std::vector<Tensor>& in) { return mul(in[0], -1.5); },
-                           {random_leaf(shape, 7)});
+    expect_gradients_match([](const std::vector<Tensor>& in) { return mul(in[0], -1.5); }, {random_leaf(shape, 7)});
   }
 }
 
@@ -235,9 +232,8 @@ TEST(ElementwiseTest, OperatorsCallTheOps) {
 TEST(ElementwiseTest, OperatorFormsHaveTheOpsGradients) {
   const Shape x_shape{2, 3};
   const Shape bias_shape{3};
-  expect_gradients_match(
-      [](const std::vector<Tensor>& in) { return -((in[0] + in[1]) * (in[0] - in[1]) * 2.0) * 0.5; },
-      {random_leaf(x_shape, 11), random_leaf(bias_shape, 12)});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return -((in[0] + in[1]) * (in[0] - in[1]) * 2.0) * 0.5; },
+                         {random_leaf(x_shape, 11), random_leaf(bias_shape, 12)});
 }
 
 TEST(ElementwiseTest, TensorUsedTwiceGetsTheSummedGradient) {
@@ -251,8 +247,7 @@ TEST(ElementwiseTest, TensorUsedTwiceGetsTheSummedGradient) {
   (x - x).backward(Tensor::full({3}, 1.0));
   EXPECT_EQ(grad_of(x), (std::vector<double>{0, 0, 0}));
   const Shape shape{2, 3};
-  expect_gradients_match([](const std::vector<Tensor>& in) { return in[0] * in[0] + in[0]; },
-                         {random_leaf(shape, 21)});
+  expect_gradients_match([](const std::vector<Tensor>& in) { return in[0] * in[0] + in[0]; }, {random_leaf(shape, 21)});
 }
 
 TEST(ElementwiseTest, OnlyInputsThatRequireGradGetAGradient) {

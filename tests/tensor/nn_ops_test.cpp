@@ -2,13 +2,12 @@
 // gradient check of each over shapes with size-1 dims, values from their
 // definitions, and every input error. Gradchecks use the default eps 1e-6,
 // atol 1e-7, rtol 1e-6.
+#include <gtest/gtest.h>
+#include <tinyllm/tensor/ops.h>
+
 #include <cmath>
 #include <numeric>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <tinyllm/tensor/ops.h>
 
 #include "support/expect_throw.h"
 #include "support/gradcheck.h"
@@ -70,8 +69,7 @@ TEST(EmbeddingTest, GradientsMatchNumeric) {
     Shape ids_shape;
   };
   const std::vector<Case> cases{
-      {1, 1, {1}},    {1, 3, {4}},       {5, 1, {3}},    {5, 3, {4}},
-      {7, 2, {2, 3}}, {3, 4, {2, 1, 2}}, {4, 2, {1, 1}}, {2, 3, {}},
+      {1, 1, {1}}, {1, 3, {4}}, {5, 1, {3}}, {5, 3, {4}}, {7, 2, {2, 3}}, {3, 4, {2, 1, 2}}, {4, 2, {1, 1}}, {2, 3, {}},
   };
   unsigned seed = 1;
   for (const Case& c : cases) {
@@ -173,9 +171,8 @@ TEST(LayerNormTest, GradientsMatchNumeric) {
   for (const Shape& shape : shapes) {
     SCOPED_TRACE(to_string(shape));
     const std::size_t C = shape.back();
-    expect_gradients_match(
-        [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); },
-        {random_leaf(shape, seed), random_leaf({C}, seed + 1), random_leaf({C}, seed + 2)});
+    expect_gradients_match([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); },
+                           {random_leaf(shape, seed), random_leaf({C}, seed + 1), random_leaf({C}, seed + 2)});
     seed += 3;
   }
 }
@@ -198,8 +195,8 @@ TEST(LayerNormTest, RejectsMismatchedWeightAndBias) {
 }
 
 TEST(LayerNormTest, RejectsScalarAndUndefinedInputs) {
-  EXPECT_THROW_WITH(layer_norm(Tensor::scalar(1.0), Tensor::zeros({1}), Tensor::zeros({1})),
-                    std::invalid_argument, "x must have a last dim [..., C] (got [])");
+  EXPECT_THROW_WITH(layer_norm(Tensor::scalar(1.0), Tensor::zeros({1}), Tensor::zeros({1})), std::invalid_argument,
+                    "x must have a last dim [..., C] (got [])");
   EXPECT_THROW_WITH(layer_norm(Tensor::zeros({2}), Tensor::zeros({2}), Tensor()), std::invalid_argument,
                     "must all be defined (got defined, defined, undefined)");
 }
@@ -254,8 +251,7 @@ TEST(GeluTest, GradientsMatchNumeric) {
   unsigned seed = 200;
   for (const Shape& shape : shapes) {
     SCOPED_TRACE(to_string(shape));
-    expect_gradients_match([](const std::vector<Tensor>& in) { return gelu(in[0]); },
-                           {random_leaf(shape, seed++)});
+    expect_gradients_match([](const std::vector<Tensor>& in) { return gelu(in[0]); }, {random_leaf(shape, seed++)});
   }
   // Out in the tails too, where tanh saturates.
   expect_gradients_match([](const std::vector<Tensor>& in) { return gelu(in[0]); },

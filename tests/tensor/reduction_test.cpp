@@ -1,9 +1,8 @@
 // sum and mean over every element: exact values (the lanes and the tail of
 // the summation included), gradient checks, the method forms, and mean's
 // refusal of zero elements.
-#include <tinyllm/tensor/ops.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/tensor/ops.h>
 
 #include <vector>
 

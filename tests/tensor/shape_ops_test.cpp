@@ -1,9 +1,8 @@
 // reshape, transpose and slice: exact values on small tensors, agreement with
 // per-element indexing on larger ones, gradient checks (size-1 dims
 // included), the method forms, and the error messages.
-#include <tinyllm/tensor/ops.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/tensor/ops.h>
 
 #include <string>
 #include <utility>
@@ -133,9 +132,8 @@ TEST(TransposeTest, GradientsMatchNumeric) {
     Shape shape;
     int dim0, dim1;
   };
-  const std::vector<Case> cases = {{{2, 3}, 0, 1},    {{1, 4}, 0, 1},       {{3, 1, 2}, 0, 2},
-                                   {{2, 3, 4}, 1, 2}, {{2, 3, 4}, -1, 0},   {{2, 1, 3, 2}, 1, 3},
-                                   {{2, 3, 2, 2}, 0, 2}, {{5}, 0, 0}};
+  const std::vector<Case> cases = {{{2, 3}, 0, 1},     {{1, 4}, 0, 1},       {{3, 1, 2}, 0, 2},    {{2, 3, 4}, 1, 2},
+                                   {{2, 3, 4}, -1, 0}, {{2, 1, 3, 2}, 1, 3}, {{2, 3, 2, 2}, 0, 2}, {{5}, 0, 0}};
   unsigned seed = 30;
   for (const Case& c : cases) {
     SCOPED_TRACE(to_string(c.shape) + " dims " + std::to_string(c.dim0) + ", " + std::to_string(c.dim1));
@@ -192,9 +190,8 @@ TEST(SliceTest, GradientsMatchNumeric) {
     int dim;
     std::size_t start, end;
   };
-  const std::vector<Case> cases = {{{5}, 0, 1, 4},       {{1}, 0, 0, 1},       {{3, 4}, 1, 1, 3},
-                                   {{3, 4}, 0, 2, 3},    {{2, 3, 4}, 1, 0, 2}, {{2, 1, 4}, -1, 3, 4},
-                                   {{2, 3, 1}, -3, 1, 2}};
+  const std::vector<Case> cases = {{{5}, 0, 1, 4},       {{1}, 0, 0, 1},        {{3, 4}, 1, 1, 3},    {{3, 4}, 0, 2, 3},
+                                   {{2, 3, 4}, 1, 0, 2}, {{2, 1, 4}, -1, 3, 4}, {{2, 3, 1}, -3, 1, 2}};
   unsigned seed = 60;
   for (const Case& c : cases) {
     SCOPED_TRACE(to_string(c.shape) + " dim " + std::to_string(c.dim));

@@ -1,8 +1,6 @@
-#include <tinyllm/tensor/tensor.h>
-
 #include <gtest/gtest.h>
-
 #include <tinyllm/tensor/storage.h>
+#include <tinyllm/tensor/tensor.h>
 
 #include "support/expect_throw.h"
 

@@ -2,6 +2,8 @@
 // whole finite range, the reduction interval and the subnormal results; the
 // special values and the overflow and underflow thresholds; and the same bits
 // from a vectorised loop as from single calls.
+#include "../../src/tensor/vec_math.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -11,8 +13,6 @@
 #include <numbers>
 #include <random>
 #include <vector>
-
-#include "../../src/tensor/vec_math.h"
 
 namespace tinyllm {
 namespace {

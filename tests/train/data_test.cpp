@@ -1,6 +1,5 @@
-#include <tinyllm/train/data.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/train/data.h>
 
 #include <cstdio>
 #include <filesystem>

@@ -1,6 +1,5 @@
-#include <tinyllm/train/trainer.h>
-
 #include <gtest/gtest.h>
+#include <tinyllm/train/trainer.h>
 
 #include <cmath>
 #include <filesystem>

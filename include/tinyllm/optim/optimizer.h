@@ -65,9 +65,9 @@ class Optimizer {
   // Checks `state` against the fields this optimizer keeps per parameter and
   // sorts its entries by parameter; nullopt for a parameter without state.
   // Throws std::invalid_argument listing every problem, prefixed by `who`.
-  std::vector<std::optional<ParamEntries>> parse_state_dict(
-      const StateDict& state, std::string_view who, std::span<const std::string_view> tensor_fields,
-      std::span<const std::string_view> scalar_fields) const;
+  std::vector<std::optional<ParamEntries>> parse_state_dict(const StateDict& state, std::string_view who,
+                                                            std::span<const std::string_view> tensor_fields,
+                                                            std::span<const std::string_view> scalar_fields) const;
 
   std::vector<Tensor> params_;
 };

@@ -15,15 +15,13 @@ std::string concat(const Parts&... parts) {
   return out.str();
 }
 
-[[noreturn]] void check_failed(const char* file, int line, const char* condition,
-                               const std::string& message);
+[[noreturn]] void check_failed(const char* file, int line, const char* condition, const std::string& message);
 
 }  // namespace tinyllm::detail
 
-#define TINYLLM_CHECK(condition, ...)                                             \
-  do {                                                                            \
-    if (!(condition)) {                                                           \
-      ::tinyllm::detail::check_failed(__FILE__, __LINE__, #condition,             \
-                                      ::tinyllm::detail::concat(__VA_ARGS__));    \
-    }                                                                             \
+#define TINYLLM_CHECK(condition, ...)                                                                          \
+  do {                                                                                                         \
+    if (!(condition)) {                                                                                        \
+      ::tinyllm::detail::check_failed(__FILE__, __LINE__, #condition, ::tinyllm::detail::concat(__VA_ARGS__)); \
+    }                                                                                                          \
   } while (false)

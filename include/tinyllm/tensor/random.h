@@ -14,7 +14,7 @@ class Generator {
  public:
   explicit Generator(std::uint64_t seed = 0) : engine_(seed) {}
 
-  double uniform();                                 // [0, 1), 53 random bits
+  double uniform();                                    // [0, 1), 53 random bits
   double normal(double mean = 0.0, double std = 1.0);  // Box–Muller
 
  private:
