@@ -12,7 +12,10 @@ from torch_gpt import GPT
 
 def main():
     threads = int(os.environ.get("OPENBLAS_NUM_THREADS", "1"))
-    torch.set_num_threads(threads)
+    # The peer at its fastest here: OpenBLAS (Debian's torch calls the system
+    # BLAS) takes the threads, torch's own OpenMP pool one; both at 2 contend
+    # for the 2 cores and run ~40% slower.
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     B, T = 16, 64
     model = GPT().double()
