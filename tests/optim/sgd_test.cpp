@@ -12,25 +12,13 @@
 #include <vector>
 
 #include "support/expect_throw.h"
-#include "support/optim_reference.h"
+#include "support/optim_testing.h"
 
 namespace tinyllm::optim {
 namespace {
 
-void set_grad(const Tensor& w, const std::vector<double>& g) {
-  w.zero_grad();
-  std::span<double> grad = w.mutable_grad();
-  ASSERT_EQ(grad.size(), g.size());
-  std::copy(g.begin(), g.end(), grad.begin());
-}
-
-void expect_all_near(std::span<const double> actual, const std::vector<double>& expected, double tol,
-                     const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  for (std::size_t j = 0; j < expected.size(); ++j) {
-    EXPECT_NEAR(actual[j], expected[j], tol) << what << "[" << j << "]";
-  }
-}
+using testing::expect_all_near;
+using testing::set_grad;
 
 TEST(SGDTest, PlainStepIsLrTimesGrad) {
   Tensor w = Tensor::from({1, -2}, {2}, true);

@@ -9,6 +9,21 @@
 
 namespace tinyllm::testing {
 
+inline void set_grad(const Tensor& w, const std::vector<double>& g) {
+  w.zero_grad();
+  std::span<double> grad = w.mutable_grad();
+  ASSERT_EQ(grad.size(), g.size());
+  std::copy(g.begin(), g.end(), grad.begin());
+}
+
+inline void expect_all_near(std::span<const double> actual, const std::vector<double>& expected, double tol,
+                            const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t j = 0; j < expected.size(); ++j) {
+    EXPECT_NEAR(actual[j], expected[j], tol) << what << "[" << j << "]";
+  }
+}
+
 inline double reference_initial(int index, int j) { return ((5 * j + 3 * index) % 7 - 3) / 8.0; }
 inline double reference_gradient(int index, int k, int j) {
   return ((37 * j + 101 * k + 17 * index + 11) % 29 - 14) / 8.0;
