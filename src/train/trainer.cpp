@@ -14,7 +14,6 @@ TrainSummary train(const TrainOptions& options, const std::function<void(const S
   using Clock = std::chrono::steady_clock;
   const Corpus corpus = Corpus::load(options.data);
   const std::size_t T = options.model.block_size, B = options.batch;
-  corpus.num_windows(T);
   nn::GPT model(options.model, options.seed);
   optim::AdamW optimizer(model.parameters(), options.adamw);
 

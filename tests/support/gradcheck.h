@@ -22,6 +22,9 @@ using OpUnderTest = std::function<Tensor(const std::vector<Tensor>&)>;
 // Checks every element of every input that requires grad.
 void expect_gradients_match(const OpUnderTest& f, const std::vector<Tensor>& inputs, GradcheckOptions options = {});
 
+// A copy of t's grad (empty when it has none), for EXPECT_EQ on whole arrays.
+inline std::vector<double> grad_of(const Tensor& t) { return {t.grad().begin(), t.grad().end()}; }
+
 // A leaf of the given shape with N(0, 1) values from `seed`, requiring grad.
 Tensor random_leaf(const Shape& shape, unsigned seed);
 

@@ -4,6 +4,7 @@
 #include <tinyllm/tensor/autograd.h>
 
 #include "support/expect_throw.h"
+#include "support/gradcheck.h"
 
 namespace tinyllm {
 namespace {
@@ -22,7 +23,7 @@ Tensor times(const Tensor& a, const Tensor& b, std::vector<std::string>* log = n
   return out;
 }
 
-std::vector<double> grad_of(const Tensor& t) { return {t.grad().begin(), t.grad().end()}; }
+using testing::grad_of;
 
 TEST(AutogradTest, ProductRuleOnADiamond) {
   // x feeds two paths that meet again: z = (x·x)·(x·c), dz/dx = 3·x²·c.

@@ -90,7 +90,7 @@ void expect_gradients_on_every_case(const BinaryOp& op) {
   }
 }
 
-std::vector<double> grad_of(const Tensor& t) { return {t.grad().begin(), t.grad().end()}; }
+using testing::grad_of;
 
 TEST(AddTest, AddsEqualShapesElementwise) {
   const Tensor a = Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3});

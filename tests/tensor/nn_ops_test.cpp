@@ -18,7 +18,7 @@ namespace {
 using testing::expect_gradients_match;
 using testing::random_leaf;
 
-std::vector<double> grad_of(const Tensor& t) { return {t.grad().begin(), t.grad().end()}; }
+using testing::grad_of;
 
 // Ids 0..n-1 folded into [0, V) with a stride, so rows repeat once n > V.
 std::vector<int> spread_ids(std::size_t n, std::size_t V) {

@@ -17,7 +17,7 @@ using testing::random_leaf;
 
 const std::vector<Shape> kShapes = {{}, {1}, {3}, {7}, {2, 1, 3}, {3, 4, 5}, {1, 1}};
 
-std::vector<double> grad_of(const Tensor& t) { return {t.grad().begin(), t.grad().end()}; }
+using testing::grad_of;
 
 // 1, 2, ..., n as a tensor of shape [n].
 Tensor counting(std::size_t n, bool requires_grad = false) {

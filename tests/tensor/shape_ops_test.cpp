@@ -18,7 +18,7 @@ namespace {
 using testing::expect_gradients_match;
 using testing::random_leaf;
 
-std::vector<double> grad_of(const Tensor& t) { return {t.grad().begin(), t.grad().end()}; }
+using testing::grad_of;
 
 Tensor iota(const Shape& shape, bool requires_grad = false) {
   std::vector<double> values(numel_of(shape));
