@@ -1,0 +1,102 @@
+// Comm: one rank's handle on a group of p ranks, with the collectives the
+// seed's DDP and ZeRO need. Every call is collective: all ranks make the same
+// calls in the same order with agreeing sizes. This class owns what every
+// backend shares (argument checks, the header that names a disagreeing rank,
+// the p == 1 case, traffic counts); a backend only moves the bytes.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tinyllm::dist {
+
+enum class ReduceOp : std::uint32_t { Sum, Mean };
+
+enum class Collective : std::uint32_t { Broadcast, AllReduce, ReduceScatter, AllGather, Barrier };
+inline constexpr int kNumCollectives = 5;
+
+// "all_reduce", as the methods are spelled.
+const char* collective_name(Collective op);
+
+struct CommOptions {
+  // Longest wait for a peer before a collective fails with CommError.
+  std::chrono::milliseconds timeout{60'000};
+};
+
+// Bytes counted at the level of the algorithm, the same on every backend:
+// `sent` is this rank's data that other ranks receive, `received` is other
+// ranks' data that lands here. An all_reduce of n doubles on p ranks sends
+// and receives about 2·8n·(p−1)/p bytes (reduce-scatter, then all-gather).
+struct Traffic {
+  std::uint64_t calls = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  Traffic& operator+=(const Traffic& other);
+};
+
+// What each rank announces before a collective's data moves. The ranks
+// compare all p headers, so a rank that calls another collective, another
+// size or another root is named instead of corrupting memory or hanging.
+struct CollectiveHeader {
+  Collective op = Collective::Barrier;
+  ReduceOp reduce = ReduceOp::Sum;
+  std::uint64_t seq = 0;    // this rank's collective count so far
+  std::uint64_t n = 0;      // the full vector's length
+  std::uint64_t local = 0;  // this rank's chunk length (reduce_scatter's out, all_gather's chunk)
+  std::int64_t root = 0;    // broadcast only
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Every rank's buf becomes root's buf.
+  void broadcast(std::span<double> buf, int root);
+  // Every rank's buf becomes the sum (or mean) over ranks, the same bits on
+  // every rank: each chunk is reduced once, in rank order, then copied.
+  void all_reduce(std::span<double> buf, ReduceOp op);
+  // out (this rank's chunk_bounds chunk of in's length) becomes that chunk
+  // of the sum (or mean) of every rank's in.
+  void reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op);
+  // out (length n) becomes every rank's chunk laid out by chunk_bounds(n, p, ·).
+  void all_gather(std::span<const double> chunk, std::span<double> out);
+  void barrier();
+
+  const Traffic& traffic(Collective op) const { return traffic_[static_cast<int>(op)]; }
+  Traffic total_traffic() const;
+  void reset_traffic() { traffic_ = {}; }
+
+  // "rank 2/4", the prefix of every message this rank's errors carry.
+  std::string who() const;
+
+ protected:
+  Comm() = default;
+
+  // The transport. exchange_headers fills all[q] with rank q's header (or
+  // throws CommError naming the rank it could not hear from); the data
+  // calls run only after every header agreed, with p >= 2.
+  virtual void exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) = 0;
+  virtual void transport_broadcast(std::span<double> buf, int root) = 0;
+  virtual void transport_all_reduce(std::span<double> buf, ReduceOp op) = 0;
+  virtual void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) = 0;
+  virtual void transport_all_gather(std::span<const double> chunk, std::span<double> out) = 0;
+
+ private:
+  template <class Transfer>
+  void run(const CollectiveHeader& mine, Transfer&& transfer);
+  void count(const CollectiveHeader& header);
+
+  std::uint64_t seq_ = 0;
+  std::string failure_;  // set once a collective failed: the group is out of step for good
+  std::array<Traffic, kNumCollectives> traffic_{};
+};
+
+}  // namespace tinyllm::dist

@@ -1,0 +1,191 @@
+// The backend-independent half of every collective: check this rank's
+// arguments, exchange headers, check that all ranks agree, short-circuit
+// p == 1, count the traffic. The same checks run on every rank over the same
+// p headers, so when one rank is wrong every rank throws, and none hangs.
+#include "tinyllm/dist/comm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "tinyllm/dist/chunk.h"
+#include "tinyllm/dist/errors.h"
+
+namespace tinyllm::dist {
+namespace {
+
+constexpr std::uint64_t kBytes = sizeof(double);
+
+std::string describe(const CollectiveHeader& h) {
+  const char* reduce = h.reduce == ReduceOp::Mean ? "mean" : "sum";
+  switch (h.op) {
+    case Collective::Broadcast:
+      return fmt::format("broadcast #{} of {} values from root {}", h.seq, h.n, h.root);
+    case Collective::AllReduce:
+      return fmt::format("all_reduce #{} ({}) of {} values", h.seq, reduce, h.n);
+    case Collective::ReduceScatter:
+      return fmt::format("reduce_scatter #{} ({}) of {} values into a chunk of {}", h.seq, reduce, h.n, h.local);
+    case Collective::AllGather:
+      return fmt::format("all_gather #{} of {} values from a chunk of {}", h.seq, h.n, h.local);
+    case Collective::Barrier:
+      return fmt::format("barrier #{}", h.seq);
+  }
+  return fmt::format("unknown collective {} #{}", static_cast<std::uint32_t>(h.op), h.seq);
+}
+
+bool agree(const CollectiveHeader& x, const CollectiveHeader& y) {
+  return x.op == y.op && x.seq == y.seq && x.n == y.n && x.reduce == y.reduce && x.root == y.root;
+}
+
+// What is wrong with rank q's own arguments, judged by its header alone;
+// empty when nothing is.
+std::string argument_problem(const CollectiveHeader& h, int p, int q) {
+  if (h.op == Collective::Broadcast && (h.root < 0 || h.root >= p)) {
+    return fmt::format("broadcast: root must be in [0, {}) (got {})", p, h.root);
+  }
+  if (h.op == Collective::ReduceScatter || h.op == Collective::AllGather) {
+    auto [a, b] = chunk_bounds(h.n, p, q);
+    if (h.local != b - a) {
+      return fmt::format("{}: rank {}'s chunk of {} values must hold {} values (got {})", collective_name(h.op), q, h.n,
+                         b - a, h.local);
+    }
+  }
+  return {};
+}
+
+// Throws on every rank when any header is wrong: invalid_argument for this
+// rank's own arguments, CommError when another rank is to blame.
+void verify(std::span<const CollectiveHeader> all, int r, const std::string& who) {
+  const int p = static_cast<int>(all.size());
+  if (auto problem = argument_problem(all[r], p, r); !problem.empty()) {
+    throw std::invalid_argument(who + ": " + problem);
+  }
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    if (!agree(all[q], all[r])) {
+      throw CommError(fmt::format("{}: collective mismatch: this rank called {}, rank {} called {}", who,
+                                  describe(all[r]), q, describe(all[q])));
+    }
+    if (auto problem = argument_problem(all[q], p, q); !problem.empty()) {
+      throw CommError(fmt::format("{}: {} failed on rank {}: {}", who, describe(all[r]), q, problem));
+    }
+  }
+}
+
+}  // namespace
+
+const char* collective_name(Collective op) {
+  switch (op) {
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::AllReduce:
+      return "all_reduce";
+    case Collective::ReduceScatter:
+      return "reduce_scatter";
+    case Collective::AllGather:
+      return "all_gather";
+    case Collective::Barrier:
+      return "barrier";
+  }
+  return "unknown collective";
+}
+
+Traffic& Traffic::operator+=(const Traffic& other) {
+  calls += other.calls;
+  bytes_sent += other.bytes_sent;
+  bytes_received += other.bytes_received;
+  return *this;
+}
+
+Traffic Comm::total_traffic() const {
+  Traffic total;
+  for (const Traffic& t : traffic_) total += t;
+  return total;
+}
+
+std::string Comm::who() const { return fmt::format("rank {}/{}", rank(), size()); }
+
+template <class Transfer>
+void Comm::run(const CollectiveHeader& mine, Transfer&& transfer) {
+  if (!failure_.empty()) {
+    throw CommError(fmt::format("{}: {} refused: an earlier collective failed ({})", who(), describe(mine), failure_));
+  }
+  std::vector<CollectiveHeader> all(static_cast<std::size_t>(size()));
+  try {
+    exchange_headers(mine, all);
+  } catch (const std::exception& error) {
+    failure_ = error.what();
+    throw;
+  }
+  // Every rank saw the same headers, so a verification error leaves the
+  // group in step: every rank throws it, and the next collective is fine.
+  verify(all, rank(), who());
+  try {
+    if (size() > 1) transfer();
+  } catch (const std::exception& error) {
+    failure_ = error.what();
+    throw;
+  }
+  count(mine);
+}
+
+void Comm::count(const CollectiveHeader& h) {
+  const std::uint64_t p = static_cast<std::uint64_t>(size());
+  auto [a, b] = chunk_bounds(h.n, size(), rank());
+  const std::uint64_t own = b - a;
+  Traffic t{.calls = 1};
+  switch (h.op) {
+    case Collective::Broadcast:
+      if (h.root == rank()) {
+        t.bytes_sent = (p - 1) * h.n * kBytes;
+      } else {
+        t.bytes_received = h.n * kBytes;
+      }
+      break;
+    case Collective::ReduceScatter:  // the others' parts of my chunk come in, my parts of theirs go out
+      t.bytes_sent = (h.n - own) * kBytes;
+      t.bytes_received = (p - 1) * own * kBytes;
+      break;
+    case Collective::AllGather:
+      t.bytes_sent = (p - 1) * own * kBytes;
+      t.bytes_received = (h.n - own) * kBytes;
+      break;
+    case Collective::AllReduce:
+      t.bytes_sent = t.bytes_received = ((h.n - own) + (p - 1) * own) * kBytes;
+      break;
+    case Collective::Barrier:
+      break;
+  }
+  traffic_[static_cast<int>(h.op)] += t;
+}
+
+void Comm::broadcast(std::span<double> buf, int root) {
+  CollectiveHeader h{.op = Collective::Broadcast, .seq = seq_++, .n = buf.size(), .root = root};
+  run(h, [&] { transport_broadcast(buf, root); });
+}
+
+void Comm::all_reduce(std::span<double> buf, ReduceOp op) {
+  CollectiveHeader h{.op = Collective::AllReduce, .reduce = op, .seq = seq_++, .n = buf.size()};
+  run(h, [&] { transport_all_reduce(buf, op); });
+}
+
+void Comm::reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
+  CollectiveHeader h{.op = Collective::ReduceScatter, .reduce = op, .seq = seq_++, .n = in.size(), .local = out.size()};
+  run(h, [&] { transport_reduce_scatter(in, out, op); });
+  if (size() == 1) std::copy(in.begin(), in.end(), out.begin());
+}
+
+void Comm::all_gather(std::span<const double> chunk, std::span<double> out) {
+  CollectiveHeader h{.op = Collective::AllGather, .seq = seq_++, .n = out.size(), .local = chunk.size()};
+  run(h, [&] { transport_all_gather(chunk, out); });
+  if (size() == 1) std::copy(chunk.begin(), chunk.end(), out.begin());
+}
+
+void Comm::barrier() {
+  CollectiveHeader h{.op = Collective::Barrier, .seq = seq_++};
+  run(h, [] {});
+}
+
+}  // namespace tinyllm::dist
