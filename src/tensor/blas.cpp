@@ -31,4 +31,6 @@ void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t 
               blas_dim(std::max<std::size_t>(ldb, 1)), beta, c, blas_dim(std::max<std::size_t>(ldc, 1)));
 }
 
+void set_blas_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
+
 }  // namespace tinyllm::detail

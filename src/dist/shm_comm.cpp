@@ -1,0 +1,160 @@
+// The collectives through shared memory, in rounds.
+//
+// Each rank owns a slot, split in two halves. A round copies this rank's
+// part of the data into one half of its own slot, passes a barrier point
+// (sync), and then reads what it needs from every rank's half. Rounds
+// alternate halves, so a fast rank may fill the next half while a slow one
+// still reads the last: before a half is filled again every rank has passed
+// a later sync, which it only does after reading. Vectors longer than a half
+// take several rounds.
+//
+// The reductions follow chunk_bounds: each rank sums its own chunk over all
+// slots in rank order 0..p-1, once, and everyone copies that result, so every
+// rank ends with the same bits (the seed's L11.2 rule).
+#include "shm_comm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "tinyllm/dist/chunk.h"
+
+namespace tinyllm::dist::detail {
+namespace {
+
+void copy(const double* from, std::size_t count, double* to) {
+  if (count > 0) std::memcpy(to, from, count * sizeof(double));
+}
+
+struct Chunk {
+  std::size_t a, b;
+};
+
+std::vector<Chunk> chunks(std::size_t n, int p) {
+  std::vector<Chunk> all;
+  for (int q = 0; q < p; ++q) {
+    auto [a, b] = chunk_bounds(n, p, q);
+    all.push_back({a, b});
+  }
+  return all;
+}
+
+// The values of chunk c that the round starting at `start` covers: [begin, begin + count).
+std::pair<std::size_t, std::size_t> piece_of(const Chunk& c, std::size_t start, std::size_t piece) {
+  const std::size_t begin = std::min(c.a + start, c.b);
+  return {begin, std::min(c.b, begin + piece) - begin};
+}
+
+// target = parts[0] + parts[1] + … in rank order (then / p for Mean): the
+// one order every rank's copy of the result comes from.
+void reduce_in_rank_order(std::span<const double* const> parts, std::size_t count, ReduceOp op, double* target) {
+  const double p = static_cast<double>(parts.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    double sum = parts[0][i];
+    for (std::size_t q = 1; q < parts.size(); ++q) sum += parts[q][i];
+    target[i] = op == ReduceOp::Mean ? sum / p : sum;
+  }
+}
+
+}  // namespace
+
+ShmComm::ShmComm(ShmGroup& group, int rank, CommOptions options)
+    : group_(group), rank_(rank), options_(options), half_doubles_(group.slot_doubles() / 2) {}
+
+void ShmComm::sync() {
+  ++phase_;
+  group_.arrive(rank_, phase_);
+  for (int q = 0; q < size(); ++q) {
+    if (q != rank_) group_.wait_for(rank_, q, phase_, options_.timeout, current_);
+  }
+}
+
+void ShmComm::exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) {
+  current_ = fmt::format("{}: {} #{}", who(), collective_name(mine.op), mine.seq);
+  group_.header(rank_, mine.seq) = mine;
+  sync();
+  for (int q = 0; q < size(); ++q) all[q] = group_.header(q, mine.seq);
+}
+
+// Round t: root copies piece t into its half, sync, the others copy it out.
+void ShmComm::transport_broadcast(std::span<double> buf, int root) {
+  const std::size_t piece = half_doubles_;
+  for (std::size_t start = 0, t = 0; start < buf.size(); start += piece, ++t) {
+    const std::size_t count = std::min(piece, buf.size() - start);
+    double* shared = half(root, static_cast<int>(t % 2));
+    if (rank_ == root) copy(buf.data() + start, count, shared);
+    sync();
+    if (rank_ != root) copy(shared, count, buf.data() + start);
+  }
+}
+
+// Each half holds p pieces of `piece` values; piece q of round t is values
+// [a_q + t·piece, …) of rank q's chunk. Round t of reduce_scatter: copy in
+// every chunk's piece t, sync, sum piece rank_ over all slots into out.
+void ShmComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
+  const int p = size();
+  const auto bounds = chunks(in.size(), p);
+  const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);
+  const std::size_t longest = bounds[0].b - bounds[0].a;
+  std::vector<const double*> parts(static_cast<std::size_t>(p));
+  for (std::size_t start = 0, t = 0; start < longest; start += piece, ++t) {
+    const int h = static_cast<int>(t % 2);
+    for (int q = 0; q < p; ++q) {
+      auto [begin, count] = piece_of(bounds[q], start, piece);
+      copy(in.data() + begin, count, half(rank_, h) + q * piece);
+    }
+    sync();
+    for (int q = 0; q < p; ++q) parts[q] = half(q, h) + rank_ * piece;
+    auto [begin, count] = piece_of(bounds[rank_], start, piece);
+    reduce_in_rank_order(parts, count, op, out.data() + (begin - bounds[rank_].a));
+  }
+}
+
+// Round t: copy piece t of this rank's chunk in, sync, copy every rank's
+// piece t out to its place.
+void ShmComm::transport_all_gather(std::span<const double> chunk, std::span<double> out) {
+  const int p = size();
+  const auto bounds = chunks(out.size(), p);
+  const std::size_t piece = half_doubles_;
+  const std::size_t longest = bounds[0].b - bounds[0].a;
+  for (std::size_t start = 0, t = 0; start < longest; start += piece, ++t) {
+    const int h = static_cast<int>(t % 2);
+    auto [begin, count] = piece_of({0, chunk.size()}, start, piece);
+    copy(chunk.data() + begin, count, half(rank_, h));
+    sync();
+    for (int q = 0; q < p; ++q) {
+      auto [begin, count] = piece_of(bounds[q], start, piece);
+      copy(half(q, h), count, out.data() + begin);
+    }
+  }
+}
+
+// reduce_scatter and all_gather fused per round: copy in, sync, reduce this
+// rank's piece in place in its own half (no other rank reads that piece of
+// this slot), sync, copy every rank's reduced piece out.
+void ShmComm::transport_all_reduce(std::span<double> buf, ReduceOp op) {
+  const int p = size();
+  const auto bounds = chunks(buf.size(), p);
+  const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);
+  const std::size_t longest = bounds[0].b - bounds[0].a;
+  std::vector<const double*> parts(static_cast<std::size_t>(p));
+  for (std::size_t start = 0, t = 0; start < longest; start += piece, ++t) {
+    const int h = static_cast<int>(t % 2);
+    for (int q = 0; q < p; ++q) {
+      auto [begin, count] = piece_of(bounds[q], start, piece);
+      copy(buf.data() + begin, count, half(rank_, h) + q * piece);
+    }
+    sync();
+    for (int q = 0; q < p; ++q) parts[q] = half(q, h) + rank_ * piece;
+    reduce_in_rank_order(parts, piece_of(bounds[rank_], start, piece).second, op, half(rank_, h) + rank_ * piece);
+    sync();
+    for (int q = 0; q < p; ++q) {
+      auto [begin, count] = piece_of(bounds[q], start, piece);
+      copy(half(q, h) + q * piece, count, buf.data() + begin);
+    }
+  }
+}
+
+}  // namespace tinyllm::dist::detail

@@ -1,0 +1,41 @@
+// ShmComm: the collectives over a ShmGroup, for ranks that share memory
+// (threads of one process, or processes forked with a shared mapping). Data
+// moves by plain copies through each rank's slot. Not installed: use
+// run_threads or run_procs.
+#pragma once
+
+#include "shm_group.h"
+#include "tinyllm/dist/comm.h"
+
+namespace tinyllm::dist::detail {
+
+class ShmComm final : public Comm {
+ public:
+  ShmComm(ShmGroup& group, int rank, CommOptions options);
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_.size(); }
+
+ protected:
+  void exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) override;
+  void transport_broadcast(std::span<double> buf, int root) override;
+  void transport_all_reduce(std::span<double> buf, ReduceOp op) override;
+  void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) override;
+  void transport_all_gather(std::span<const double> chunk, std::span<double> out) override;
+
+ private:
+  // A barrier point: announce this rank's next phase, wait until every rank
+  // has announced it too.
+  void sync();
+  // Half h of rank q's slot; rounds alternate halves (see shm_comm.cpp).
+  double* half(int q, int h) { return group_.slot(q) + static_cast<std::size_t>(h) * half_doubles_; }
+
+  ShmGroup& group_;
+  int rank_;
+  CommOptions options_;
+  std::size_t half_doubles_;
+  std::uint32_t phase_ = 0;
+  std::string current_;  // "rank 1/4: all_reduce #17", for timeout and abort messages
+};
+
+}  // namespace tinyllm::dist::detail

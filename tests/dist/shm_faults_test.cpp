@@ -1,0 +1,76 @@
+// Faults on the shared-memory backends (threads and procs): a rank that
+// throws, stops answering or (procs) dies makes every other rank fail fast
+// with a CommError that names it, never hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "comm_contract.h"
+#include "support/expect_throw.h"
+#include "tinyllm/dist/errors.h"
+#include "tinyllm/dist/procs_comm.h"
+
+namespace tinyllm::testing {
+namespace {
+
+using dist::Comm;
+using dist::CommError;
+using dist::ReduceOp;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+class ShmFaults : public ::testing::TestWithParam<ContractCase> {};
+
+TEST_P(ShmFaults, ARankThatThrowsFailsTheOthersAtOnce) {
+  const auto [backend, p, n] = GetParam();
+  const auto start = Clock::now();
+  auto body = [&](Comm& comm) {
+    if (comm.rank() == 1) throw std::runtime_error("boom");
+    std::vector<double> buf(1000, 1.0);
+    EXPECT_THROW_WITH(comm.all_reduce(buf, ReduceOp::Sum), CommError, "all_reduce #0 aborted: rank 1 failed: boom");
+    throw CommError("rank " + std::to_string(comm.rank()) + " gave up");
+  };
+  EXPECT_THROW_WITH(run_ranks(backend, p, body, {.timeout = milliseconds(30'000)}), std::runtime_error, "rank 1: boom");
+  EXPECT_LT(Clock::now() - start, milliseconds(10'000)) << "the others waited for the timeout instead";
+}
+
+TEST_P(ShmFaults, ARankThatStopsAnsweringIsNamedWithinTheTimeout) {
+  const auto [backend, p, n] = GetParam();
+  const milliseconds timeout(500);
+  const auto start = Clock::now();
+  auto body = [&](Comm& comm) {
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(4 * timeout);
+      return;
+    }
+    std::vector<double> buf(10, 1.0);
+    EXPECT_THROW_WITH(comm.all_reduce(buf, ReduceOp::Sum), CommError, "waiting for rank 0");
+  };
+  EXPECT_THROW_WITH(run_ranks(backend, p, body, {.timeout = timeout}), CommError,
+                    "all_reduce #0 timed out after 500 ms waiting for rank 0");
+  EXPECT_LT(Clock::now() - start, 4 * timeout + milliseconds(3000));
+}
+
+TEST_P(ShmFaults, AFailedCollectiveRefusesTheNextOne) {
+  const auto [backend, p, n] = GetParam();
+  auto body = [&](Comm& comm) {
+    if (comm.rank() == 0) throw std::runtime_error("gone");
+    std::vector<double> buf(3, 1.0);
+    EXPECT_THROW(comm.all_reduce(buf, ReduceOp::Sum), CommError);
+    EXPECT_THROW_WITH(comm.barrier(), CommError, "barrier #1 refused: an earlier collective failed");
+  };
+  EXPECT_THROW_WITH(run_ranks(backend, p, body), std::runtime_error, "rank 0: gone");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmFaults,
+                         ::testing::Values(ContractCase{Backend::Threads, 2, 0}, ContractCase{Backend::Threads, 4, 0},
+                                           ContractCase{Backend::Procs, 2, 0}, ContractCase{Backend::Procs, 4, 0}),
+                         contract_case_name);
+
+}  // namespace
+}  // namespace tinyllm::testing
