@@ -1,6 +1,11 @@
 // Everything tinyllm offers, in one include.
 #pragma once
 
+#include "tinyllm/dist/chunk.h"
+#include "tinyllm/dist/comm.h"
+#include "tinyllm/dist/errors.h"
+#include "tinyllm/dist/procs_comm.h"
+#include "tinyllm/dist/threads_comm.h"
 #include "tinyllm/nn/attention.h"
 #include "tinyllm/nn/block.h"
 #include "tinyllm/nn/embedding.h"

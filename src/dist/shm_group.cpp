@@ -1,7 +1,8 @@
-// Waiting spins briefly (a collective's peers are usually microseconds
-// behind), then sleeps on a futex so that ranks sharing few cores do not
-// steal them from the rank everyone waits for. The futex is not private:
-// ranks may be processes sharing the mapping.
+// Waiting has three gears. A peer is usually microseconds behind, so spin
+// first; then keep checking but yield the core at every turn, since with
+// more ranks than cores the peer may need this very core; after a
+// millisecond, sleep on a futex. The futex is not private: ranks may be
+// processes sharing the mapping.
 #include "shm_group.h"
 
 #include <fmt/format.h>
@@ -22,7 +23,8 @@ namespace tinyllm::dist::detail {
 namespace {
 
 constexpr std::size_t kPage = 4096;
-constexpr int kSpins = 4000;
+constexpr int kSpins = 2000;
+constexpr auto kYieldFor = std::chrono::microseconds(1000);
 constexpr auto kNap = std::chrono::milliseconds(50);  // futex sleeps re-check the deadline this often
 
 std::size_t round_up(std::size_t bytes, std::size_t to) { return (bytes + to - 1) / to * to; }
@@ -99,6 +101,13 @@ void ShmGroup::wait_for(int r, int q, std::uint32_t phase, std::chrono::millisec
     if (reached(theirs.load(std::memory_order_acquire), phase)) return;
     cpu_relax();
   }
+  const auto yield_until = std::chrono::steady_clock::now() + kYieldFor;
+  do {
+    for (int turn = 0; turn < 64; ++turn) {
+      if (reached(theirs.load(std::memory_order_acquire), phase)) return;
+      std::this_thread::yield();
+    }
+  } while (std::chrono::steady_clock::now() < yield_until && !failed());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);

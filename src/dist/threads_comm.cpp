@@ -19,16 +19,22 @@ void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions option
   detail::ShmGroup& group = *detail::ShmGroup::create(memory.get(), p, detail::ShmGroup::kDefaultSlotDoubles);
 
   std::vector<std::thread> ranks;
-  for (int r = 0; r < p; ++r) {
-    ranks.emplace_back([&, r] {
-      detail::ShmComm comm(group, r, options);
-      try {
-        fn(comm);
-      } catch (...) {
-        auto [kind, message] = detail::current_failure();
-        group.fail(r, kind, message);
-      }
-    });
+  auto run_rank = [&](int r) {
+    detail::ShmComm comm(group, r, options);
+    try {
+      fn(comm);
+    } catch (...) {
+      auto [kind, message] = detail::current_failure();
+      group.fail(r, kind, message);
+    }
+  };
+  try {
+    for (int r = 0; r < p; ++r) ranks.emplace_back(run_rank, r);
+  } catch (...) {
+    // The ranks already started would wait for this one until the timeout.
+    group.fail(static_cast<int>(ranks.size()), detail::FailureKind::Runtime, "its thread could not start");
+    for (std::thread& rank : ranks) rank.join();
+    throw;
   }
   for (std::thread& rank : ranks) rank.join();
   if (group.failed()) detail::throw_failure(group.failed_rank(), group.failure_kind(), group.failure_message());
