@@ -6,7 +6,12 @@ set(_config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/tinyllm)
 install(TARGETS tinyllm EXPORT tinyllmTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# mpi_comm.h includes <mpi.h>: it ships only with the MPI backend.
+if(TINYLLM_WITH_MPI)
+  install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+else()
+  install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN mpi_comm.h EXCLUDE)
+endif()
 install(EXPORT tinyllmTargets NAMESPACE tinyllm:: DESTINATION ${_config_dir})
 if(TARGET tinyllm_app)
   install(TARGETS tinyllm_app RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

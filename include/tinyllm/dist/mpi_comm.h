@@ -1,0 +1,89 @@
+// MpiComm: the Comm backend over MPI (Open MPI or MPICH), one rank per MPI
+// process under `mpirun -n P`. It moves the data with MPI's non-blocking
+// collectives and polls them against CommOptions::timeout, so a rank that
+// stops calling is named instead of hanging the run. MpiSession owns
+// MPI_Init and MPI_Finalize; MpiComm never does.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tinyllm/dist/comm.h"
+
+namespace tinyllm::dist {
+
+// True when this process was started by mpirun or mpiexec (Open MPI, MPICH
+// or any PMIx launcher), so `--backend auto` can pick MPI.
+bool launched_by_mpirun();
+
+// MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI) on
+// construction and MPI_Finalize on destruction, unless MPI was already
+// initialised by someone else: then it does neither.
+class MpiSession {
+ public:
+  explicit MpiSession(int* argc = nullptr, char*** argv = nullptr);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  // Whether this session initialised MPI and will finalise it.
+  bool owns() const { return owns_; }
+
+ private:
+  bool owns_ = false;
+};
+
+class MpiComm final : public Comm {
+ public:
+  // MPI counts are int: a longer vector goes in pieces of at most this many values.
+  static constexpr std::size_t kMaxCount = INT_MAX;
+
+  // Collective over `comm` (every rank of it constructs its MpiComm in the
+  // same order), bounded by options.timeout like every other wait. Works on
+  // its own duplicate of `comm`, so its messages never match the caller's.
+  // `max_count` is the most values one MPI call moves; tests shrink it to
+  // exercise the pieces.
+  explicit MpiComm(MPI_Comm comm = MPI_COMM_WORLD, CommOptions options = {}, std::size_t max_count = kMaxCount);
+  ~MpiComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+ private:
+  void exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) override;
+  void transport_broadcast(std::span<double> buf, int root) override;
+  void transport_all_reduce(std::span<double> buf, ReduceOp op) override;
+  void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) override;
+  void transport_all_gather(std::span<const double> chunk, std::span<double> out) override;
+
+  void lay_out_piece(std::size_t n, std::size_t s, std::size_t e);
+  void reduce_scatter_piece(const double* in, double* part, ReduceOp op);
+  void all_gather_piece(const double* part, double* out);
+  std::span<double> scratch(std::size_t n);
+
+  bool poll(std::span<MPI_Request> requests) const;
+  void wait(MPI_Request& request, const char* phase);
+  void check(int status, const char* call);
+  std::string current() const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;  // our duplicate of the caller's communicator
+  int rank_ = 0;
+  int size_ = 1;
+  CommOptions options_;
+  std::size_t max_count_;
+  bool broken_ = false;  // a collective failed here: keep comm_ (see the destructor)
+
+  CollectiveHeader current_;           // the collective in progress, for messages
+  CollectiveHeader outgoing_;          // this rank's header while its sends are in flight
+  std::vector<MPI_Request> requests_;  // [0, p) header receives, [p, 2p) header sends
+  std::vector<int> counts_, displs_;   // the piece's layout: rank q's part, its offset
+  std::size_t own_offset_ = 0;         // this rank's part, from the start of its chunk
+  std::vector<double> scratch_;
+};
+
+}  // namespace tinyllm::dist

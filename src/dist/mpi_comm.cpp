@@ -1,0 +1,295 @@
+// MpiComm's transport: headers by point-to-point messages, data by MPI's
+// non-blocking collectives, every wait a poll of MPI_Test against the
+// timeout. all_reduce is a reduce-scatter of the chunk_bounds chunks and an
+// all-gather of the reduced chunks, so each chunk is reduced once, by its
+// owner, and every rank copies the same bits (MPI_Allreduce promises no such
+// thing). Reference: the MPI 3.1 standard, sections 3.7, 5.12 and 6.4.
+#include "tinyllm/dist/mpi_comm.h"
+
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+
+#include "tinyllm/dist/chunk.h"
+#include "tinyllm/dist/errors.h"
+
+namespace tinyllm::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Any tag does: our duplicated communicator carries nothing but headers.
+constexpr int kHeaderTag = 1;
+static_assert(std::is_trivially_copyable_v<CollectiveHeader>, "headers travel as raw bytes");
+constexpr int kHeaderBytes = sizeof(CollectiveHeader);
+
+// A wait spins first (a collective on shared memory takes microseconds),
+// then yields the core, then sleeps, so eight ranks oversubscribed on two
+// cores still let the rank they wait for run.
+void back_off(long spins) {
+  if (spins < 4'096) return;
+  if (spins < 65'536) {
+    sched_yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Whether [x, x + nx) and [y, y + ny) share a value (std::less orders any two pointers).
+bool overlaps(const double* x, std::size_t nx, const double* y, std::size_t ny) {
+  if (nx == 0 || ny == 0) return false;
+  std::less<const double*> before;
+  return before(x, y + ny) && before(y, x + nx);
+}
+
+}  // namespace
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    throw CommError("MpiSession: MPI_Init_thread failed");
+  }
+  owns_ = true;
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_ && !finalized) MPI_Finalize();
+}
+
+MpiComm::MpiComm(MPI_Comm comm, CommOptions options, std::size_t max_count) : options_(options), max_count_(max_count) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw std::invalid_argument("MpiComm: MPI must be initialised first (construct an MpiSession)");
+  if (comm == MPI_COMM_NULL) throw std::invalid_argument("MpiComm: communicator must not be MPI_COMM_NULL");
+  if (options.timeout.count() <= 0) {
+    throw std::invalid_argument(fmt::format("MpiComm: timeout must be positive (got {} ms)", options.timeout.count()));
+  }
+  if (max_count < 1 || max_count > kMaxCount) {
+    throw std::invalid_argument(fmt::format("MpiComm: max_count must be in [1, {}] (got {})", kMaxCount, max_count));
+  }
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+
+  // A timed-out MPI_Comm_idup may still complete later and write its handle,
+  // so it writes into storage that outlives this constructor's failure.
+  auto duplicate = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Comm_idup(comm, duplicate.get(), &request) != MPI_SUCCESS) {
+    throw CommError(fmt::format("{}: MpiComm: MPI_Comm_idup failed", who()));
+  }
+  if (!poll({&request, 1})) {
+    duplicate.release();
+    throw CommError(
+        fmt::format("{}: MpiComm: duplicating the communicator timed out after {} ms (every rank must "
+                    "construct its MpiComm)",
+                    who(), options_.timeout.count()));
+  }
+  comm_ = *duplicate;
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  requests_.assign(2 * static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+  counts_.resize(static_cast<std::size_t>(size_));
+  displs_.resize(static_cast<std::size_t>(size_));
+}
+
+MpiComm::~MpiComm() {
+  // After a failure, messages of the abandoned collective may still arrive
+  // on comm_. Open MPI reuses a communicator's id only once every rank has
+  // freed it, so keeping it here keeps them from matching a later one.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!broken_ && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::string MpiComm::current() const { return fmt::format("{} #{}", collective_name(current_.op), current_.seq); }
+
+void MpiComm::check(int status, const char* call) {
+  if (status == MPI_SUCCESS) return;
+  broken_ = true;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(status, text, &length);
+  throw CommError(fmt::format("{}: {} failed in {}: {}", who(), current(), call, std::string_view(text, length)));
+}
+
+// Tests every request until all are complete (true) or the timeout passes
+// (false, the unfinished ones left active). MPI_Test also drives the
+// progress of non-blocking collectives, so the poll is what moves the data.
+bool MpiComm::poll(std::span<MPI_Request> requests) const {
+  const auto deadline = Clock::now() + options_.timeout;
+  for (long spins = 0;; ++spins) {
+    bool done = true;
+    for (MPI_Request& request : requests) {
+      int complete = 1;
+      if (request != MPI_REQUEST_NULL) MPI_Test(&request, &complete, MPI_STATUS_IGNORE);
+      done = done && complete;
+    }
+    if (done) return true;
+    if (Clock::now() >= deadline) return false;
+    back_off(spins);
+  }
+}
+
+// A collective request cannot be cancelled: on a timeout it stays in flight
+// and the communicator is kept (broken_) until MPI_Finalize.
+void MpiComm::wait(MPI_Request& request, const char* phase) {
+  if (poll({&request, 1})) return;
+  broken_ = true;
+  throw CommError(fmt::format("{}: {} timed out after {} ms in {} (a rank died or stopped calling)", who(), current(),
+                              options_.timeout.count(), phase));
+}
+
+// Header exchange:
+//   1. post a receive for every peer's header into all[q];
+//   2. send this rank's header to every peer;
+//   3. poll them all.
+// Point-to-point rather than an all-gather, so that at the deadline this
+// rank can name the first peer whose header never came. Messages between
+// two ranks arrive in the order sent, so the headers of successive
+// collectives cannot swap.
+void MpiComm::exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) {
+  current_ = outgoing_ = all[rank_] = mine;
+  const auto p = static_cast<std::size_t>(size_);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    check(MPI_Irecv(&all[q], kHeaderBytes, MPI_BYTE, q, kHeaderTag, comm_, &requests_[q]), "MPI_Irecv");
+  }
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    check(MPI_Isend(&outgoing_, kHeaderBytes, MPI_BYTE, q, kHeaderTag, comm_, &requests_[p + q]), "MPI_Isend");
+  }
+  if (poll(requests_)) return;
+
+  // The deadline passed. Receives into `all` (the caller's) are cancelled,
+  // which completes them at once; a header is one eager message, so a send
+  // still open here is left to finish from outgoing_.
+  broken_ = true;
+  const auto open = [](MPI_Request request) { return request != MPI_REQUEST_NULL; };
+  const std::size_t missing = std::find_if(requests_.begin(), requests_.begin() + p, open) - requests_.begin();
+  for (std::size_t q = 0; q < p; ++q) {
+    if (open(requests_[q])) {
+      MPI_Cancel(&requests_[q]);
+      MPI_Wait(&requests_[q], MPI_STATUS_IGNORE);
+    }
+    if (open(requests_[p + q])) MPI_Request_free(&requests_[p + q]);
+  }
+  const std::string peer = missing < p ? fmt::format("waiting for rank {}", missing) : "sending its header";
+  throw CommError(fmt::format("{}: {} timed out after {} ms {}", who(), current(), options_.timeout.count(), peer));
+}
+
+// Vectors longer than max_count_ go in pieces [s, e). Rank q's part of a
+// piece is where the piece overlaps q's chunk_bounds chunk: counts_[q]
+// values at displs_[q] from s. A vector of one piece is laid out exactly by
+// the chunks.
+void MpiComm::lay_out_piece(std::size_t n, std::size_t s, std::size_t e) {
+  for (int q = 0; q < size_; ++q) {
+    auto [a, b] = chunk_bounds(n, size_, q);
+    const std::size_t lo = std::clamp(a, s, e), hi = std::clamp(b, s, e);
+    counts_[q] = static_cast<int>(hi - lo);
+    displs_[q] = static_cast<int>(lo - s);
+    if (q == rank_) own_offset_ = hi > lo ? lo - a : 0;
+  }
+}
+
+std::span<double> MpiComm::scratch(std::size_t n) {
+  if (scratch_.size() < n) scratch_.resize(n);
+  return {scratch_.data(), n};
+}
+
+// part (counts_[rank_] values) becomes this rank's part of the sum over
+// ranks of the piece at `in`; Mean divides it by p, once, on its owner.
+void MpiComm::reduce_scatter_piece(const double* in, double* part, ReduceOp op) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ireduce_scatter(in, part, counts_.data(), MPI_DOUBLE, MPI_SUM, comm_, &request), "MPI_Ireduce_scatter");
+  wait(request, "the reduce-scatter");
+  if (op == ReduceOp::Mean) {
+    std::transform(part, part + counts_[rank_], part, [p = size_](double x) { return x / p; });
+  }
+}
+
+// Every rank's part lands in the piece at `out`; `part` may be
+// MPI_IN_PLACE when this rank's part already sits there.
+void MpiComm::all_gather_piece(const double* part, double* out) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgatherv(part, counts_[rank_], MPI_DOUBLE, out, counts_.data(), displs_.data(), MPI_DOUBLE, comm_,
+                        &request),
+        "MPI_Iallgatherv");
+  wait(request, "the all-gather");
+}
+
+void MpiComm::transport_broadcast(std::span<double> buf, int root) {
+  for (std::size_t s = 0; s < buf.size(); s += max_count_) {
+    const auto count = static_cast<int>(std::min(max_count_, buf.size() - s));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(buf.data() + s, count, MPI_DOUBLE, root, comm_, &request), "MPI_Ibcast");
+    wait(request, "the broadcast");
+  }
+}
+
+// all_reduce, piece by piece:
+//   1. reduce-scatter: this rank's part of the sum lands in scratch;
+//   2. Mean: the owner divides its part by p;
+//   3. all-gather: every part is copied into every rank's buf.
+void MpiComm::transport_all_reduce(std::span<double> buf, ReduceOp op) {
+  const std::size_t n = buf.size();
+  for (std::size_t s = 0; s < n; s += max_count_) {
+    lay_out_piece(n, s, std::min(n, s + max_count_));
+    std::span<double> part = scratch(static_cast<std::size_t>(counts_[rank_]));
+    reduce_scatter_piece(buf.data() + s, part.data(), op);
+    all_gather_piece(part.data(), buf.data() + s);
+  }
+}
+
+// MPI forbids out to overlap in, so an out inside in is reduced via scratch.
+void MpiComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
+  const std::size_t n = in.size();
+  const bool overlap = overlaps(in.data(), n, out.data(), out.size());
+  for (std::size_t s = 0; s < n; s += max_count_) {
+    lay_out_piece(n, s, std::min(n, s + max_count_));
+    const auto count = static_cast<std::size_t>(counts_[rank_]);
+    double* part = overlap ? scratch(count).data() : out.data() + own_offset_;
+    reduce_scatter_piece(in.data() + s, part, op);
+    if (overlap) std::copy_n(part, count, out.data() + own_offset_);
+  }
+}
+
+// A chunk already at its place in out is gathered in place (MPI_IN_PLACE);
+// one overlapping out elsewhere is copied out of the way first.
+void MpiComm::transport_all_gather(std::span<const double> chunk, std::span<double> out) {
+  const std::size_t n = out.size();
+  const std::size_t a = chunk_bounds(n, size_, rank_).first;
+  const bool in_place = !chunk.empty() && chunk.data() == out.data() + a;
+  const bool overlap = overlaps(chunk.data(), chunk.size(), out.data(), n);
+  const double* source = chunk.data();
+  if (overlap && !in_place) {
+    std::span<double> copy = scratch(chunk.size());
+    std::copy(chunk.begin(), chunk.end(), copy.begin());
+    source = copy.data();
+  }
+  for (std::size_t s = 0; s < n; s += max_count_) {
+    lay_out_piece(n, s, std::min(n, s + max_count_));
+    all_gather_piece(in_place ? static_cast<const double*>(MPI_IN_PLACE) : source + own_offset_, out.data() + s);
+  }
+}
+
+}  // namespace tinyllm::dist
