@@ -27,7 +27,7 @@
 
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/procs_comm.h"
-#ifdef TINYLLM_BENCH_MPI
+#ifdef TINYLLM_WITH_MPI
 #include <mpi.h>
 
 #include "tinyllm/dist/mpi_comm.h"
@@ -83,7 +83,7 @@ void time_comm(Comm& comm, const std::function<void(const std::string&, std::siz
   }
 }
 
-#ifdef TINYLLM_BENCH_MPI
+#ifdef TINYLLM_WITH_MPI
 // Under mpirun: OpenMPI's own collectives, then the mpi backend; rank 0
 // prints "<backend> <op> <bytes> <seconds>" lines for the parent to read.
 int mpi_peer() {
@@ -141,7 +141,7 @@ void time_procs(int p, Results& results) {
   munmap(memory, slots * sizeof(double));
 }
 
-#ifdef TINYLLM_BENCH_MPI
+#ifdef TINYLLM_WITH_MPI
 void time_mpi(int p, Results& results) {
   const std::string command = fmt::format(
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {} -n {} --oversubscribe /proc/{}/exe --mpi-peer",
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   std::vector<int> worlds = {2, 4};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--mpi-peer") == 0) {
-#ifdef TINYLLM_BENCH_MPI
+#ifdef TINYLLM_WITH_MPI
       return mpi_peer();
 #else
       std::fprintf(stderr, "comm_bench: built without MPI\n");
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     for (int p : worlds) {
       Results results;
       time_procs(p, results);
-#ifdef TINYLLM_BENCH_MPI
+#ifdef TINYLLM_WITH_MPI
       time_mpi(p, results);
 #endif
       print_table(p, results);
