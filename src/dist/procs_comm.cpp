@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 #include <system_error>
@@ -63,6 +65,21 @@ class SharedSegment {
   void* memory_ = nullptr;
 };
 
+// Whether forked siblings may read each other with process_vm_readv: not
+// when a seccomp filter forbids the call, nor when Yama allows ptrace only to
+// admins (scope 2 or 3). Scope 1 is lifted by PR_SET_PTRACER in each child.
+detail::PeerReads probe_peer_reads() {
+  double here = 1.0, there = 0.0;
+  iovec local{&there, sizeof there}, remote{&here, sizeof here};
+  if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof here) || there != here) {
+    return detail::PeerReads::Staged;
+  }
+  std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  if (yama >> scope && scope >= 2) return detail::PeerReads::Staged;
+  return detail::PeerReads::CrossMemoryAttach;
+}
+
 // Child r's whole life. It must never return into the caller's stack (that
 // would run the parent's code twice), so it leaves with _exit, after
 // flushing what fn printed.
@@ -70,6 +87,7 @@ class SharedSegment {
                             CommOptions options) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);  // the parent died before the line above took effect
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   tinyllm::detail::set_blas_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(group.size()))));
   int status = 0;
@@ -130,7 +148,8 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
   if (p < 1) throw std::invalid_argument(fmt::format("run_procs: world size must be at least 1 (got {})", p));
   const std::size_t slot = detail::ShmGroup::kDefaultSlotDoubles;
   SharedSegment segment(detail::ShmGroup::bytes_needed(p, slot));
-  detail::ShmGroup& group = *detail::ShmGroup::create(segment.memory(), p, slot);
+  const detail::PeerReads reads = options.single_copy ? probe_peer_reads() : detail::PeerReads::Staged;
+  detail::ShmGroup& group = *detail::ShmGroup::create(segment.memory(), p, slot, reads);
 
   // Anything buffered now would be written once by every child as well.
   std::cout.flush();

@@ -8,12 +8,16 @@
 // a later sync, which it only does after reading. Vectors longer than a half
 // take several rounds.
 //
+// Vectors of at least kSingleCopyMin values skip the slots where the group
+// allows it (shm_single_copy.cpp).
+//
 // The reductions follow chunk_bounds: each rank sums its own chunk over all
 // slots in rank order 0..p-1, once, and everyone copies that result, so every
 // rank ends with the same bits (the seed's L11.2 rule).
 #include "shm_comm.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -61,7 +65,9 @@ void reduce_in_rank_order(std::span<const double* const> parts, std::size_t coun
 }  // namespace
 
 ShmComm::ShmComm(ShmGroup& group, int rank, CommOptions options)
-    : group_(group), rank_(rank), options_(options), half_doubles_(group.slot_doubles() / 2) {}
+    : group_(group), rank_(rank), options_(options), half_doubles_(group.slot_doubles() / 2) {
+  group_.pid(rank_) = static_cast<std::int32_t>(getpid());
+}
 
 void ShmComm::sync() {
   ++phase_;
@@ -73,6 +79,7 @@ void ShmComm::sync() {
 
 void ShmComm::exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) {
   current_ = fmt::format("{}: {} #{}", who(), collective_name(mine.op), mine.seq);
+  seq_ = mine.seq;
   group_.header(rank_, mine.seq) = mine;
   sync();
   for (int q = 0; q < size(); ++q) all[q] = group_.header(q, mine.seq);
@@ -80,6 +87,7 @@ void ShmComm::exchange_headers(const CollectiveHeader& mine, std::span<Collectiv
 
 // Round t: root copies piece t into its half, sync, the others copy it out.
 void ShmComm::transport_broadcast(std::span<double> buf, int root) {
+  if (single_copy(buf.size())) return broadcast_single_copy(buf, root);
   const std::size_t piece = half_doubles_;
   for (std::size_t start = 0, t = 0; start < buf.size(); start += piece, ++t) {
     const std::size_t count = std::min(piece, buf.size() - start);
@@ -94,6 +102,7 @@ void ShmComm::transport_broadcast(std::span<double> buf, int root) {
 // [a_q + t·piece, …) of rank q's chunk. Round t of reduce_scatter: copy in
 // every chunk's piece t, sync, sum piece rank_ over all slots into out.
 void ShmComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
+  if (single_copy(in.size())) return reduce_scatter_single_copy(in, out, op);
   const int p = size();
   const auto bounds = chunks(in.size(), p);
   const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);
@@ -115,6 +124,7 @@ void ShmComm::transport_reduce_scatter(std::span<const double> in, std::span<dou
 // Round t: copy piece t of this rank's chunk in, sync, copy every rank's
 // piece t out to its place.
 void ShmComm::transport_all_gather(std::span<const double> chunk, std::span<double> out) {
+  if (single_copy(out.size())) return all_gather_single_copy(chunk, out);
   const int p = size();
   const auto bounds = chunks(out.size(), p);
   const std::size_t piece = half_doubles_;
@@ -135,6 +145,7 @@ void ShmComm::transport_all_gather(std::span<const double> chunk, std::span<doub
 // rank's piece in place in its own half (no other rank reads that piece of
 // this slot), sync, copy every rank's reduced piece out.
 void ShmComm::transport_all_reduce(std::span<double> buf, ReduceOp op) {
+  if (single_copy(buf.size())) return all_reduce_single_copy(buf, op);
   const int p = size();
   const auto bounds = chunks(buf.size(), p);
   const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);

@@ -1,8 +1,11 @@
 // ShmComm: the collectives over a ShmGroup, for ranks that share memory
 // (threads of one process, or processes forked with a shared mapping). Data
-// moves by plain copies through each rank's slot. Not installed: use
-// run_threads or run_procs.
+// moves by plain copies through each rank's slot, or, for large broadcasts
+// and all-gathers where the group allows it, straight from the owner's
+// buffer. Not installed: use run_threads or run_procs.
 #pragma once
+
+#include <vector>
 
 #include "shm_group.h"
 #include "tinyllm/dist/comm.h"
@@ -27,6 +30,20 @@ class ShmComm final : public Comm {
   // A barrier point: announce this rank's next phase, wait until every rank
   // has announced it too.
   void sync();
+  // Single copy (shm_single_copy.cpp): every rank offers its buffer, then
+  // copies straight from or into its peers' buffers.
+  bool single_copy(std::size_t n) const;
+  void offer(const double* buffer);
+  const double* offered(int q) { return group_.published(q, seq_); }
+  void read_from(int q, const double* remote, std::size_t count, double* local);
+  void write_to(int q, const double* local, std::size_t count, const double* remote);
+  const double* view(int q, const double* remote, std::size_t count);
+  void reduce_own_chunk(const double* in, std::size_t n, ReduceOp op, double* target);
+  void broadcast_single_copy(std::span<double> buf, int root);
+  void all_reduce_single_copy(std::span<double> buf, ReduceOp op);
+  void reduce_scatter_single_copy(std::span<const double> in, std::span<double> out, ReduceOp op);
+  void all_gather_single_copy(std::span<const double> chunk, std::span<double> out);
+
   // Half h of rank q's slot; rounds alternate halves (see shm_comm.cpp).
   double* half(int q, int h) { return group_.slot(q) + static_cast<std::size_t>(h) * half_doubles_; }
 
@@ -35,7 +52,9 @@ class ShmComm final : public Comm {
   CommOptions options_;
   std::size_t half_doubles_;
   std::uint32_t phase_ = 0;
-  std::string current_;  // "rank 1/4: all_reduce #17", for timeout and abort messages
+  std::uint64_t seq_ = 0;               // the collective in progress
+  std::string current_;                 // "rank 1/4: all_reduce #17", for timeout and abort messages
+  std::vector<double> sum_, incoming_;  // a piece of the running sum, and a peer's piece of it
 };
 
 }  // namespace tinyllm::dist::detail

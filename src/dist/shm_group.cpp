@@ -60,15 +60,16 @@ std::size_t ShmGroup::bytes_needed(int p, std::size_t slot_doubles) {
          static_cast<std::size_t>(p) * round_up(slot_doubles * sizeof(double), kPage);
 }
 
-ShmGroup::ShmGroup(int p, std::size_t slot_doubles) : p_(p), slot_doubles_(slot_doubles) {
+ShmGroup::ShmGroup(int p, std::size_t slot_doubles, PeerReads reads)
+    : p_(p), slot_doubles_(slot_doubles), reads_(reads) {
   for (int q = 0; q < p; ++q) new (&ranks()[q]) RankState();
 }
 
-ShmGroup* ShmGroup::create(void* memory, int p, std::size_t slot_doubles) {
+ShmGroup* ShmGroup::create(void* memory, int p, std::size_t slot_doubles, PeerReads reads) {
   TINYLLM_CHECK(p >= 1 && slot_doubles >= static_cast<std::size_t>(2 * p), "p ", p, " slot ", slot_doubles);
   TINYLLM_CHECK(reinterpret_cast<std::uintptr_t>(memory) % kPage == 0, "group memory must be page aligned");
   static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::int32_t>::is_always_lock_free);
-  return new (memory) ShmGroup(p, slot_doubles);
+  return new (memory) ShmGroup(p, slot_doubles, reads);
 }
 
 ShmGroup::RankState* ShmGroup::ranks() {
@@ -82,6 +83,10 @@ double* ShmGroup::slot(int q) {
 }
 
 CollectiveHeader& ShmGroup::header(int q, std::uint64_t seq) { return ranks()[q].headers[seq % 2]; }
+
+const double*& ShmGroup::published(int q, std::uint64_t seq) { return ranks()[q].published[seq % 2]; }
+
+std::int32_t& ShmGroup::pid(int q) { return ranks()[q].pid; }
 
 void ShmGroup::wake_all() {
   // Dekker's pattern with wait_for: bump the epoch, then look for sleepers;

@@ -17,6 +17,15 @@
 
 namespace tinyllm::dist::detail {
 
+// How a rank may read another rank's private memory, which lets the large
+// broadcasts and all-gathers copy once, straight from the owner's buffer,
+// instead of twice through a slot.
+enum class PeerReads : std::uint32_t {
+  SameProcess,        // threads: a plain copy from the peer's pointer
+  CrossMemoryAttach,  // processes: process_vm_readv from the peer's pid
+  Staged,             // neither is allowed here: every byte goes through the slots
+};
+
 // How a failure is rethrown where it is reported (another thread, or the
 // parent of a forked rank), since an exception object cannot cross processes.
 enum class FailureKind : std::uint32_t { Comm, InvalidArgument, Logic, Runtime, Other };
@@ -29,13 +38,17 @@ class ShmGroup {
   static std::size_t bytes_needed(int p, std::size_t slot_doubles);
   // Builds the group in `memory` (bytes_needed bytes, page aligned, zeroed
   // or not) before any rank uses it.
-  static ShmGroup* create(void* memory, int p, std::size_t slot_doubles);
+  static ShmGroup* create(void* memory, int p, std::size_t slot_doubles, PeerReads reads);
 
   int size() const { return p_; }
+  PeerReads peer_reads() const { return reads_; }
   std::size_t slot_doubles() const { return slot_doubles_; }
   double* slot(int q);
 
   CollectiveHeader& header(int q, std::uint64_t seq);
+  // The buffer rank q offers its peers in collective `seq`, and its pid.
+  const double*& published(int q, std::uint64_t seq);
+  std::int32_t& pid(int q);
 
   // A barrier point: rank r has reached `phase`; wake whoever waits for it.
   void arrive(int r, std::uint32_t phase);
@@ -53,10 +66,14 @@ class ShmGroup {
   std::string failure_message() const;
 
  private:
-  ShmGroup(int p, std::size_t slot_doubles);
+  ShmGroup(int p, std::size_t slot_doubles, PeerReads reads);
+  // Headers and published buffers are kept by collective parity: a fast
+  // rank may announce the next collective while a slow one reads this one.
   struct alignas(64) RankState {
     std::atomic<std::uint32_t> phase{0};
-    CollectiveHeader headers[2];  // by collective parity: a fast rank may announce the next one early
+    std::int32_t pid = 0;
+    CollectiveHeader headers[2];
+    const double* published[2] = {nullptr, nullptr};
   };
   static std::size_t slots_offset(int p);
   RankState* ranks();
@@ -64,6 +81,7 @@ class ShmGroup {
 
   int p_;
   std::size_t slot_doubles_;
+  PeerReads reads_;
   std::atomic<std::uint32_t> epoch_{0};  // the futex word: bumped by every arrival and failure
   std::atomic<std::uint32_t> sleepers_{0};
   std::atomic<std::int32_t> failed_rank_{-1};

@@ -16,7 +16,9 @@ void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions option
   const std::size_t bytes = detail::ShmGroup::bytes_needed(p, detail::ShmGroup::kDefaultSlotDoubles);
   std::unique_ptr<void, decltype(&std::free)> memory(std::aligned_alloc(4096, bytes), &std::free);
   if (!memory) throw std::bad_alloc();
-  detail::ShmGroup& group = *detail::ShmGroup::create(memory.get(), p, detail::ShmGroup::kDefaultSlotDoubles);
+  detail::ShmGroup& group =
+      *detail::ShmGroup::create(memory.get(), p, detail::ShmGroup::kDefaultSlotDoubles,
+                                options.single_copy ? detail::PeerReads::SameProcess : detail::PeerReads::Staged);
 
   std::vector<std::thread> ranks;
   auto run_rank = [&](int r) {

@@ -113,7 +113,15 @@ void run_ranks(Backend backend, int world, const RankBody& body, dist::CommOptio
     case Backend::Threads:
       dist::run_threads(world, body, options);
       return;
+    case Backend::ThreadsStaged:
+      options.single_copy = false;
+      dist::run_threads(world, body, options);
+      return;
     case Backend::Procs:
+      run_procs_reporting(world, body, options);
+      return;
+    case Backend::ProcsStaged:
+      options.single_copy = false;
       run_procs_reporting(world, body, options);
       return;
     case Backend::Mpi:

@@ -16,7 +16,9 @@
 
 namespace tinyllm::testing {
 
-enum class Backend { Threads, Procs, Mpi };
+// The *Staged backends turn CommOptions::single_copy off, so the large
+// cases also run the path that copies through the shared slots.
+enum class Backend { Threads, ThreadsStaged, Procs, ProcsStaged, Mpi };
 
 struct ContractCase {
   Backend backend;

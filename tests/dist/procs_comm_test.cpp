@@ -33,6 +33,11 @@ INSTANTIATE_TEST_SUITE_P(Procs, CommWorld,
                                            ContractCase{Backend::Procs, 8, 0}),
                          contract_case_name);
 
+INSTANTIATE_TEST_SUITE_P(ProcsStaged, CommContract, ::testing::ValuesIn(contract_cases(Backend::ProcsStaged, {2, 3})),
+                         contract_case_name);
+INSTANTIATE_TEST_SUITE_P(ProcsStaged, CommWorld, ::testing::Values(ContractCase{Backend::ProcsStaged, 3, 0}),
+                         contract_case_name);
+
 int tinyllm_segments() {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {

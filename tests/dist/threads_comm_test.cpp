@@ -17,6 +17,11 @@ INSTANTIATE_TEST_SUITE_P(Threads, CommWorld,
                                            ContractCase{Backend::Threads, 8, 0}),
                          contract_case_name);
 
+INSTANTIATE_TEST_SUITE_P(ThreadsStaged, CommContract,
+                         ::testing::ValuesIn(contract_cases(Backend::ThreadsStaged, {2, 3})), contract_case_name);
+INSTANTIATE_TEST_SUITE_P(ThreadsStaged, CommWorld, ::testing::Values(ContractCase{Backend::ThreadsStaged, 3, 0}),
+                         contract_case_name);
+
 TEST(RunThreadsTest, RunsEveryRankOnceWithItsOwnRank) {
   std::atomic<int> ranks_seen{0};
   dist::run_threads(5, [&](dist::Comm& comm) {

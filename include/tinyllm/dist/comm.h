@@ -24,6 +24,11 @@ const char* collective_name(Collective op);
 struct CommOptions {
   // Longest wait for a peer before a collective fails with CommError.
   std::chrono::milliseconds timeout{60'000};
+  // Shared-memory backends: let large broadcasts and all-gathers copy once,
+  // straight from the owner's buffer (process_vm_readv between processes),
+  // where the system allows it. Off: every byte is staged through shared
+  // memory, as on systems that forbid it. Same results either way.
+  bool single_copy = true;
 };
 
 // Bytes counted at the level of the algorithm, the same on every backend:
