@@ -112,7 +112,8 @@ void Comm::run(const CollectiveHeader& mine, Transfer&& transfer) {
   if (!failure_.empty()) {
     throw CommError(fmt::format("{}: {} refused: an earlier collective failed ({})", who(), describe(mine), failure_));
   }
-  std::vector<CollectiveHeader> all(static_cast<std::size_t>(size()));
+  headers_.resize(static_cast<std::size_t>(size()));
+  std::span<CollectiveHeader> all = headers_;
   try {
     exchange_headers(mine, all);
   } catch (const std::exception& error) {

@@ -32,23 +32,11 @@ void copy(const double* from, std::size_t count, double* to) {
   if (count > 0) std::memcpy(to, from, count * sizeof(double));
 }
 
-struct Chunk {
-  std::size_t a, b;
-};
-
-std::vector<Chunk> chunks(std::size_t n, int p) {
-  std::vector<Chunk> all;
-  for (int q = 0; q < p; ++q) {
-    auto [a, b] = chunk_bounds(n, p, q);
-    all.push_back({a, b});
-  }
-  return all;
-}
-
 // The values of chunk c that the round starting at `start` covers: [begin, begin + count).
-std::pair<std::size_t, std::size_t> piece_of(const Chunk& c, std::size_t start, std::size_t piece) {
-  const std::size_t begin = std::min(c.a + start, c.b);
-  return {begin, std::min(c.b, begin + piece) - begin};
+std::pair<std::size_t, std::size_t> piece_of(const std::pair<std::size_t, std::size_t>& c, std::size_t start,
+                                             std::size_t piece) {
+  const std::size_t begin = std::min(c.first + start, c.second);
+  return {begin, std::min(c.second, begin + piece) - begin};
 }
 
 // target = parts[0] + parts[1] + … in rank order (then / p for Mean): the
@@ -67,6 +55,13 @@ void reduce_in_rank_order(std::span<const double* const> parts, std::size_t coun
 ShmComm::ShmComm(ShmGroup& group, int rank, CommOptions options)
     : group_(group), rank_(rank), options_(options), half_doubles_(group.slot_doubles() / 2) {
   group_.pid(rank_) = static_cast<std::int32_t>(getpid());
+}
+
+const std::vector<std::pair<std::size_t, std::size_t>>& ShmComm::lay_out(std::size_t n) {
+  bounds_.resize(static_cast<std::size_t>(size()));
+  parts_.resize(static_cast<std::size_t>(size()));
+  for (int q = 0; q < size(); ++q) bounds_[q] = chunk_bounds(n, size(), q);
+  return bounds_;
 }
 
 void ShmComm::sync() {
@@ -99,25 +94,30 @@ void ShmComm::transport_broadcast(std::span<double> buf, int root) {
 }
 
 // Each half holds p pieces of `piece` values; piece q of round t is values
-// [a_q + t·piece, …) of rank q's chunk. Round t of reduce_scatter: copy in
-// every chunk's piece t, sync, sum piece rank_ over all slots into out.
+// [a_q + t·piece, …) of rank q's chunk. Copies every chunk's piece of the
+// round starting at `start` into half h of this rank's slot, then syncs.
+void ShmComm::stage_pieces(const double* in, std::size_t start, std::size_t piece, int h) {
+  for (int q = 0; q < size(); ++q) {
+    auto [begin, count] = piece_of(bounds_[q], start, piece);
+    copy(in + begin, count, half(rank_, h) + q * piece);
+  }
+  sync();
+}
+
+// Round t of reduce_scatter: stage every chunk's piece t, sum piece rank_
+// over all slots into out.
 void ShmComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
   if (single_copy(in.size())) return reduce_scatter_single_copy(in, out, op);
   const int p = size();
-  const auto bounds = chunks(in.size(), p);
+  const auto& bounds = lay_out(in.size());
   const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);
-  const std::size_t longest = bounds[0].b - bounds[0].a;
-  std::vector<const double*> parts(static_cast<std::size_t>(p));
+  const std::size_t longest = bounds[0].second - bounds[0].first;
   for (std::size_t start = 0, t = 0; start < longest; start += piece, ++t) {
     const int h = static_cast<int>(t % 2);
-    for (int q = 0; q < p; ++q) {
-      auto [begin, count] = piece_of(bounds[q], start, piece);
-      copy(in.data() + begin, count, half(rank_, h) + q * piece);
-    }
-    sync();
-    for (int q = 0; q < p; ++q) parts[q] = half(q, h) + rank_ * piece;
+    stage_pieces(in.data(), start, piece, h);
+    for (int q = 0; q < p; ++q) parts_[q] = half(q, h) + rank_ * piece;
     auto [begin, count] = piece_of(bounds[rank_], start, piece);
-    reduce_in_rank_order(parts, count, op, out.data() + (begin - bounds[rank_].a));
+    reduce_in_rank_order(parts_, count, op, out.data() + (begin - bounds[rank_].first));
   }
 }
 
@@ -126,9 +126,9 @@ void ShmComm::transport_reduce_scatter(std::span<const double> in, std::span<dou
 void ShmComm::transport_all_gather(std::span<const double> chunk, std::span<double> out) {
   if (single_copy(out.size())) return all_gather_single_copy(chunk, out);
   const int p = size();
-  const auto bounds = chunks(out.size(), p);
+  const auto& bounds = lay_out(out.size());
   const std::size_t piece = half_doubles_;
-  const std::size_t longest = bounds[0].b - bounds[0].a;
+  const std::size_t longest = bounds[0].second - bounds[0].first;
   for (std::size_t start = 0, t = 0; start < longest; start += piece, ++t) {
     const int h = static_cast<int>(t % 2);
     auto [begin, count] = piece_of({0, chunk.size()}, start, piece);
@@ -147,19 +147,14 @@ void ShmComm::transport_all_gather(std::span<const double> chunk, std::span<doub
 void ShmComm::transport_all_reduce(std::span<double> buf, ReduceOp op) {
   if (single_copy(buf.size())) return all_reduce_single_copy(buf, op);
   const int p = size();
-  const auto bounds = chunks(buf.size(), p);
+  const auto& bounds = lay_out(buf.size());
   const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);
-  const std::size_t longest = bounds[0].b - bounds[0].a;
-  std::vector<const double*> parts(static_cast<std::size_t>(p));
+  const std::size_t longest = bounds[0].second - bounds[0].first;
   for (std::size_t start = 0, t = 0; start < longest; start += piece, ++t) {
     const int h = static_cast<int>(t % 2);
-    for (int q = 0; q < p; ++q) {
-      auto [begin, count] = piece_of(bounds[q], start, piece);
-      copy(buf.data() + begin, count, half(rank_, h) + q * piece);
-    }
-    sync();
-    for (int q = 0; q < p; ++q) parts[q] = half(q, h) + rank_ * piece;
-    reduce_in_rank_order(parts, piece_of(bounds[rank_], start, piece).second, op, half(rank_, h) + rank_ * piece);
+    stage_pieces(buf.data(), start, piece, h);
+    for (int q = 0; q < p; ++q) parts_[q] = half(q, h) + rank_ * piece;
+    reduce_in_rank_order(parts_, piece_of(bounds[rank_], start, piece).second, op, half(rank_, h) + rank_ * piece);
     sync();
     for (int q = 0; q < p; ++q) {
       auto [begin, count] = piece_of(bounds[q], start, piece);

@@ -37,12 +37,18 @@ class ShmComm final : public Comm {
   const double* offered(int q) { return group_.published(q, seq_); }
   void read_from(int q, const double* remote, std::size_t count, double* local);
   void write_to(int q, const double* local, std::size_t count, const double* remote);
+  [[noreturn]] void cross_memory_attach_failed(int q, const char* call);
   const double* view(int q, const double* remote, std::size_t count);
   void reduce_own_chunk(const double* in, std::size_t n, ReduceOp op, double* target);
   void broadcast_single_copy(std::span<double> buf, int root);
   void all_reduce_single_copy(std::span<double> buf, ReduceOp op);
   void reduce_scatter_single_copy(std::span<const double> in, std::span<double> out, ReduceOp op);
   void all_gather_single_copy(std::span<const double> chunk, std::span<double> out);
+
+  // Every rank's chunk_bounds chunk of n values, in bounds_ (parts_ sized to match).
+  const std::vector<std::pair<std::size_t, std::size_t>>& lay_out(std::size_t n);
+
+  void stage_pieces(const double* in, std::size_t start, std::size_t piece, int h);
 
   // Half h of rank q's slot; rounds alternate halves (see shm_comm.cpp).
   double* half(int q, int h) { return group_.slot(q) + static_cast<std::size_t>(h) * half_doubles_; }
@@ -52,8 +58,10 @@ class ShmComm final : public Comm {
   CommOptions options_;
   std::size_t half_doubles_;
   std::uint32_t phase_ = 0;
-  std::uint64_t seq_ = 0;               // the collective in progress
-  std::string current_;                 // "rank 1/4: all_reduce #17", for timeout and abort messages
+  std::uint64_t seq_ = 0;  // the collective in progress
+  std::string current_;    // "rank 1/4: all_reduce #17", for timeout and abort messages
+  std::vector<std::pair<std::size_t, std::size_t>> bounds_;
+  std::vector<const double*> parts_;
   std::vector<double> sum_, incoming_;  // a piece of the running sum, and a peer's piece of it
 };
 

@@ -100,29 +100,32 @@ void ShmGroup::arrive(int r, std::uint32_t phase) {
   wake_all();
 }
 
-void ShmGroup::wait_for(int r, int q, std::uint32_t phase, std::chrono::milliseconds timeout, const std::string& what) {
-  std::atomic<std::uint32_t>& theirs = ranks()[q].phase;
+// Waits until done() holds; throws CommError when the group fails meanwhile
+// or `timeout` passes (recording the timeout as rank r's failure).
+template <class Done>
+void ShmGroup::wait_until(Done done, int r, std::chrono::milliseconds timeout, const std::string& what,
+                          const std::string& waiting_for) {
   for (int spin = 0; spin < kSpins; ++spin) {
-    if (reached(theirs.load(std::memory_order_acquire), phase)) return;
+    if (done()) return;
     cpu_relax();
   }
   const auto yield_until = std::chrono::steady_clock::now() + kYieldFor;
   do {
     for (int turn = 0; turn < 64; ++turn) {
-      if (reached(theirs.load(std::memory_order_acquire), phase)) return;
+      if (done()) return;
       std::this_thread::yield();
     }
   } while (std::chrono::steady_clock::now() < yield_until && !failed());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const std::uint32_t epoch = epoch_.load(std::memory_order_seq_cst);
-    if (reached(theirs.load(std::memory_order_acquire), phase)) return;
+    if (done()) return;
     if (failed()) {
       throw CommError(fmt::format("{} aborted: rank {} failed: {}", what, failed_rank(), failure_message()));
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      std::string message = fmt::format("{} timed out after {} ms waiting for rank {}", what, timeout.count(), q);
+      std::string message = fmt::format("{} timed out after {} ms waiting for {}", what, timeout.count(), waiting_for);
       fail(r, FailureKind::Comm, message);
       throw CommError(message);
     }
@@ -130,6 +133,17 @@ void ShmGroup::wait_for(int r, int q, std::uint32_t phase, std::chrono::millisec
     futex_wait(epoch_, epoch, std::min<std::chrono::nanoseconds>(deadline - now, kNap));
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
+}
+
+void ShmGroup::wait_for(int r, int q, std::uint32_t phase, std::chrono::milliseconds timeout, const std::string& what) {
+  std::atomic<std::uint32_t>& theirs = ranks()[q].phase;
+  wait_until([&] { return reached(theirs.load(std::memory_order_acquire), phase); }, r, timeout, what,
+             fmt::format("rank {}", q));
+}
+
+void ShmGroup::await_failure(int r, int q, std::chrono::milliseconds timeout, const std::string& what) {
+  wait_until([] { return false; }, r, timeout, what, fmt::format("the launcher to report rank {}'s exit", q));
+  TINYLLM_CHECK(false, "wait_until returned without its condition");
 }
 
 bool ShmGroup::fail(int rank, FailureKind kind, std::string_view message) {

@@ -57,6 +57,10 @@ class ShmGroup {
   // `timeout` passes; `what` names the collective in the message.
   void wait_for(int r, int q, std::uint32_t phase, std::chrono::milliseconds timeout, const std::string& what);
 
+  // Rank q's process is gone: waits for the launcher to record why, then
+  // throws that as CommError (or a timeout, if no verdict comes).
+  [[noreturn]] void await_failure(int r, int q, std::chrono::milliseconds timeout, const std::string& what);
+
   // Records the first failure and wakes every waiter; later ones are ignored
   // so the report names the cause, not its echoes. Returns whether it won.
   bool fail(int rank, FailureKind kind, std::string_view message);
@@ -75,6 +79,9 @@ class ShmGroup {
     CollectiveHeader headers[2];
     const double* published[2] = {nullptr, nullptr};
   };
+  template <class Done>
+  void wait_until(Done done, int r, std::chrono::milliseconds timeout, const std::string& what,
+                  const std::string& waiting_for);
   static std::size_t slots_offset(int p);
   RankState* ranks();
   void wake_all();

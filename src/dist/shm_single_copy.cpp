@@ -46,6 +46,16 @@ void ShmComm::offer(const double* buffer) {
   sync();
 }
 
+// A peer that has died cannot be read (ESRCH): the launcher will say how it
+// died, which is worth more than our errno. Any other failure is ours to report.
+void ShmComm::cross_memory_attach_failed(int q, const char* call) {
+  if (errno == ESRCH) group_.await_failure(rank_, q, options_.timeout, current_);
+  const std::string message =
+      fmt::format("{} cannot reach rank {}'s memory: {}: {}", current_, q, call, std::strerror(errno));
+  group_.fail(rank_, FailureKind::Comm, message);
+  throw CommError(message);
+}
+
 // Cross-memory attach may stop short of the whole range; go on from there.
 void ShmComm::read_from(int q, const double* remote, std::size_t count, double* local) {
   if (count == 0) return;
@@ -58,12 +68,7 @@ void ShmComm::read_from(int q, const double* remote, std::size_t count, double* 
     iovec here{reinterpret_cast<char*>(local) + done, bytes - done};
     iovec there{const_cast<char*>(reinterpret_cast<const char*>(remote)) + done, bytes - done};
     const ssize_t moved = process_vm_readv(group_.pid(q), &here, 1, &there, 1, 0);
-    if (moved <= 0) {
-      const std::string message =
-          fmt::format("{} cannot read rank {}'s memory: process_vm_readv: {}", current_, q, std::strerror(errno));
-      group_.fail(rank_, FailureKind::Comm, message);
-      throw CommError(message);
-    }
+    if (moved <= 0) cross_memory_attach_failed(q, "process_vm_readv");
     done += static_cast<std::size_t>(moved);
   }
 }
@@ -79,12 +84,7 @@ void ShmComm::write_to(int q, const double* local, std::size_t count, const doub
     iovec here{const_cast<char*>(reinterpret_cast<const char*>(local)) + done, bytes - done};
     iovec there{const_cast<char*>(reinterpret_cast<const char*>(remote)) + done, bytes - done};
     const ssize_t moved = process_vm_writev(group_.pid(q), &here, 1, &there, 1, 0);
-    if (moved <= 0) {
-      const std::string message =
-          fmt::format("{} cannot write rank {}'s memory: process_vm_writev: {}", current_, q, std::strerror(errno));
-      group_.fail(rank_, FailureKind::Comm, message);
-      throw CommError(message);
-    }
+    if (moved <= 0) cross_memory_attach_failed(q, "process_vm_writev");
     done += static_cast<std::size_t>(moved);
   }
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace tinyllm::dist {
 
@@ -100,7 +101,8 @@ class Comm {
   void count(const CollectiveHeader& header);
 
   std::uint64_t seq_ = 0;
-  std::string failure_;  // set once a collective failed: the group is out of step for good
+  std::vector<CollectiveHeader> headers_;  // every rank's, for the collective in progress
+  std::string failure_;                    // set once a collective failed: the group is out of step for good
   std::array<Traffic, kNumCollectives> traffic_{};
 };
 
