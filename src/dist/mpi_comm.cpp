@@ -1,9 +1,9 @@
-// MpiComm's transport: headers by point-to-point messages, data by MPI's
-// non-blocking collectives, every wait a poll of MPI_Test against the
-// timeout. all_reduce is a reduce-scatter of the chunk_bounds chunks and an
-// all-gather of the reduced chunks, so each chunk is reduced once, by its
-// owner, and every rank copies the same bits (MPI_Allreduce promises no such
-// thing). Reference: the MPI 3.1 standard, sections 3.7, 5.12 and 6.4.
+// MpiComm's transport: headers and the reduce-scatter by point-to-point
+// messages, broadcast and all-gather by MPI's non-blocking collectives, every
+// wait a poll of MPI_Test against the timeout. all_reduce is a reduce-scatter
+// of the chunk_bounds chunks, each summed once by its owner in rank order,
+// then an all-gather, so every rank (and backend) has the same bits, which
+// MPI_Allreduce does not promise. Reference: MPI 3.1, sections 3.7, 5.12, 6.4.
 #include "tinyllm/dist/mpi_comm.h"
 
 #include <fmt/format.h>
@@ -27,8 +27,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Any tag does: our duplicated communicator carries nothing but headers.
+// Our duplicated communicator carries headers and the reduce-scatter's
+// terms; their own tags keep a receive for one from matching the other.
 constexpr int kHeaderTag = 1;
+constexpr int kTermTag = 2;
 static_assert(std::is_trivially_copyable_v<CollectiveHeader>, "headers travel as raw bytes");
 constexpr int kHeaderBytes = sizeof(CollectiveHeader);
 
@@ -49,6 +51,29 @@ bool overlaps(const double* x, std::size_t nx, const double* y, std::size_t ny) 
   if (nx == 0 || ny == 0) return false;
   std::less<const double*> before;
   return before(x, y + ny) && before(y, x + nx);
+}
+
+// target[i] = (x_0[i] + x_1[i] + ... + x_{p-1}[i]), divided by p for Mean:
+// added in rank order, as shm_comm.cpp's reduce_in_rank_order does, so the
+// mpi backend leaves the bits the threads and procs backends do. Blocks of
+// kBlock values keep the running sum in L1 and the adds vectorised. target
+// may be a term itself, never partly overlap one.
+void reduce_in_rank_order(std::span<const double* const> terms, std::size_t count, ReduceOp op, double* target) {
+  constexpr std::size_t kBlock = 512;
+  const double p = static_cast<double>(terms.size());
+  double sum[kBlock];
+  for (std::size_t s = 0; s < count; s += kBlock) {
+    const std::size_t m = std::min(kBlock, count - s);
+    std::copy_n(terms[0] + s, m, sum);
+    for (std::size_t q = 1; q < terms.size(); ++q) {
+      const double* x = terms[q] + s;
+      for (std::size_t i = 0; i < m; ++i) sum[i] += x[i];
+    }
+    if (op == ReduceOp::Mean) {
+      for (std::size_t i = 0; i < m; ++i) sum[i] /= p;
+    }
+    std::copy_n(sum, m, target + s);
+  }
 }
 
 }  // namespace
@@ -108,6 +133,7 @@ MpiComm::MpiComm(MPI_Comm comm, CommOptions options, std::size_t max_count) : op
   comm_ = *duplicate;
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   requests_.assign(2 * static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+  terms_.resize(static_cast<std::size_t>(size_));
   counts_.resize(static_cast<std::size_t>(size_));
   displs_.resize(static_cast<std::size_t>(size_));
 }
@@ -116,6 +142,12 @@ MpiComm::~MpiComm() {
   // After a failure, messages of the abandoned collective may still arrive
   // on comm_. Open MPI reuses a communicator's id only once every rank has
   // freed it, so keeping it here keeps them from matching a later one.
+  // They may also still write into received_ or read scratch_, so those
+  // buffers are left to them, never freed.
+  if (broken_) {
+    static_cast<void>(new std::vector<double>(std::move(received_)));
+    static_cast<void>(new std::vector<double>(std::move(scratch_)));
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!broken_ && !finalized) MPI_Comm_free(&comm_);
@@ -150,10 +182,11 @@ bool MpiComm::poll(std::span<MPI_Request> requests) const {
   }
 }
 
-// A collective request cannot be cancelled: on a timeout it stays in flight
-// and the communicator is kept (broken_) until MPI_Finalize.
-void MpiComm::wait(MPI_Request& request, const char* phase) {
-  if (poll({&request, 1})) return;
+// A collective request cannot be cancelled, nor a receive already matched:
+// on a timeout they stay in flight and the communicator is kept (broken_)
+// until MPI_Finalize.
+void MpiComm::wait(std::span<MPI_Request> requests, const char* phase) {
+  if (poll(requests)) return;
   broken_ = true;
   throw CommError(fmt::format("{}: {} timed out after {} ms in {} (a rank died or stopped calling)", who(), current(),
                               options_.timeout.count(), phase));
@@ -211,20 +244,57 @@ void MpiComm::lay_out_piece(std::size_t n, std::size_t s, std::size_t e) {
   }
 }
 
+// The buffers grow to the longest call and stay: fresh memory costs a page
+// fault per 4 KiB at first touch, as much as the copy itself. Growing
+// discards the contents (clear first), so nothing is copied.
 std::span<double> MpiComm::scratch(std::size_t n) {
-  if (scratch_.size() < n) scratch_.resize(n);
+  if (scratch_.size() < n) {
+    scratch_.clear();
+    scratch_.resize(n);
+  }
   return {scratch_.data(), n};
 }
 
-// part (counts_[rank_] values) becomes this rank's part of the sum over
-// ranks of the piece at `in`; Mean divides it by p, once, on its owner.
-void MpiComm::reduce_scatter_piece(const double* in, double* part, ReduceOp op) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  check(MPI_Ireduce_scatter(in, part, counts_.data(), MPI_DOUBLE, MPI_SUM, comm_, &request), "MPI_Ireduce_scatter");
-  wait(request, "the reduce-scatter");
-  if (op == ReduceOp::Mean) {
-    std::transform(part, part + counts_[rank_], part, [p = size_](double x) { return x / p; });
+std::span<double> MpiComm::received(std::size_t n) {
+  if (received_.size() < n) {
+    received_.clear();
+    received_.resize(n);
   }
+  return {received_.data(), n};
+}
+
+// part (counts_[rank_] values) becomes this rank's part of the sum over
+// ranks of the piece at `in`, divided by p for Mean, once, on its owner.
+// Point to point, since Open MPI's MPI_Ireduce_scatter allocates and first
+// touches fresh buffers on every call (90 ms at 16 MiB here) and sums in no
+// promised order:
+//   1. post a receive from every peer q of q's values of this rank's part,
+//      into q's slot of received_ (slots in rank order, this rank's skipped);
+//   2. send every peer q this rank's values of q's part, straight from `in`;
+//   3. poll them all;
+//   4. sum the terms in rank order: this rank's own values in `in`, the
+//      peers' in their slots.
+// part is disjoint from `in` or exactly this rank's values in it; the sends
+// have completed before it is written.
+void MpiComm::reduce_scatter_piece(const double* in, double* part, ReduceOp op) {
+  const auto p = static_cast<std::size_t>(size_);
+  const int count = counts_[rank_];
+  double* slots = received((p - 1) * static_cast<std::size_t>(count)).data();
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) {
+      terms_[q] = in + displs_[q];
+      continue;
+    }
+    double* slot = slots + static_cast<std::size_t>(q < rank_ ? q : q - 1) * static_cast<std::size_t>(count);
+    terms_[q] = slot;
+    if (count > 0) check(MPI_Irecv(slot, count, MPI_DOUBLE, q, kTermTag, comm_, &requests_[q]), "MPI_Irecv");
+  }
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_ || counts_[q] == 0) continue;
+    check(MPI_Isend(in + displs_[q], counts_[q], MPI_DOUBLE, q, kTermTag, comm_, &requests_[p + q]), "MPI_Isend");
+  }
+  wait(requests_, "the reduce-scatter");
+  reduce_in_rank_order(terms_, static_cast<std::size_t>(count), op, part);
 }
 
 // Every rank's part lands in the piece at `out`; `part` may be
@@ -234,7 +304,7 @@ void MpiComm::all_gather_piece(const double* part, double* out) {
   check(MPI_Iallgatherv(part, counts_[rank_], MPI_DOUBLE, out, counts_.data(), displs_.data(), MPI_DOUBLE, comm_,
                         &request),
         "MPI_Iallgatherv");
-  wait(request, "the all-gather");
+  wait({&request, 1}, "the all-gather");
 }
 
 void MpiComm::transport_broadcast(std::span<double> buf, int root) {
@@ -242,35 +312,39 @@ void MpiComm::transport_broadcast(std::span<double> buf, int root) {
     const auto count = static_cast<int>(std::min(max_count_, buf.size() - s));
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibcast(buf.data() + s, count, MPI_DOUBLE, root, comm_, &request), "MPI_Ibcast");
-    wait(request, "the broadcast");
+    wait({&request, 1}, "the broadcast");
   }
 }
 
 // all_reduce, piece by piece:
-//   1. reduce-scatter: this rank's part of the sum lands in scratch;
-//   2. Mean: the owner divides its part by p;
-//   3. all-gather: every part is copied into every rank's buf.
+//   1. reduce-scatter: this rank's part of the sum (or mean) replaces its
+//      own values in buf;
+//   2. all-gather: every part is copied into every rank's buf (in place).
 void MpiComm::transport_all_reduce(std::span<double> buf, ReduceOp op) {
   const std::size_t n = buf.size();
   for (std::size_t s = 0; s < n; s += max_count_) {
     lay_out_piece(n, s, std::min(n, s + max_count_));
-    std::span<double> part = scratch(static_cast<std::size_t>(counts_[rank_]));
-    reduce_scatter_piece(buf.data() + s, part.data(), op);
-    all_gather_piece(part.data(), buf.data() + s);
+    double* piece = buf.data() + s;
+    reduce_scatter_piece(piece, piece + displs_[rank_], op);
+    all_gather_piece(static_cast<const double*>(MPI_IN_PLACE), piece);
   }
 }
 
-// MPI forbids out to overlap in, so an out inside in is reduced via scratch.
+// out exactly over this rank's chunk of in is reduced in place, piece by
+// piece. An out overlapping in anywhere else would overwrite values of
+// pieces still to be sent, so the chunk is reduced into scratch and copied
+// to out once every piece is done.
 void MpiComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
   const std::size_t n = in.size();
-  const bool overlap = overlaps(in.data(), n, out.data(), out.size());
+  const std::size_t a = chunk_bounds(n, size_, rank_).first;
+  const bool in_place = out.data() == in.data() + a;
+  const bool overlap = !in_place && overlaps(in.data(), n, out.data(), out.size());
+  std::span<double> chunk = overlap ? scratch(out.size()) : out;
   for (std::size_t s = 0; s < n; s += max_count_) {
     lay_out_piece(n, s, std::min(n, s + max_count_));
-    const auto count = static_cast<std::size_t>(counts_[rank_]);
-    double* part = overlap ? scratch(count).data() : out.data() + own_offset_;
-    reduce_scatter_piece(in.data() + s, part, op);
-    if (overlap) std::copy_n(part, count, out.data() + own_offset_);
+    reduce_scatter_piece(in.data() + s, chunk.data() + own_offset_, op);
   }
+  if (overlap) std::copy(chunk.begin(), chunk.end(), out.begin());
 }
 
 // A chunk already at its place in out is gathered in place (MPI_IN_PLACE);

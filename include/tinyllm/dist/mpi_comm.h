@@ -1,8 +1,8 @@
 // MpiComm: the Comm backend over MPI (Open MPI or MPICH), one rank per MPI
-// process under `mpirun -n P`. It moves the data with MPI's non-blocking
-// collectives and polls them against CommOptions::timeout, so a rank that
-// stops calling is named instead of hanging the run. MpiSession owns
-// MPI_Init and MPI_Finalize; MpiComm never does.
+// process under `mpirun -n P`. Broadcast and all-gather are MPI's non-blocking
+// collectives, the reduce-scatter point-to-point messages summed in rank order;
+// every wait is polled against CommOptions::timeout, so a rank that stops
+// calling is named. MpiSession owns MPI_Init and MPI_Finalize; MpiComm never does.
 #pragma once
 
 #include <mpi.h>
@@ -66,8 +66,10 @@ class MpiComm final : public Comm {
   void all_gather_piece(const double* part, double* out);
   std::span<double> scratch(std::size_t n);
 
+  std::span<double> received(std::size_t n);
+
   bool poll(std::span<MPI_Request> requests) const;
-  void wait(MPI_Request& request, const char* phase);
+  void wait(std::span<MPI_Request> requests, const char* phase);
   void check(int status, const char* call);
   std::string current() const;
 
@@ -80,10 +82,12 @@ class MpiComm final : public Comm {
 
   CollectiveHeader current_;           // the collective in progress, for messages
   CollectiveHeader outgoing_;          // this rank's header while its sends are in flight
-  std::vector<MPI_Request> requests_;  // [0, p) header receives, [p, 2p) header sends
+  std::vector<MPI_Request> requests_;  // [0, p) receives from rank q, [p, 2p) sends to it
   std::vector<int> counts_, displs_;   // the piece's layout: rank q's part, its offset
   std::size_t own_offset_ = 0;         // this rank's part, from the start of its chunk
-  std::vector<double> scratch_;
+  std::vector<const double*> terms_;   // the reduce-scatter's p terms, in rank order
+  std::vector<double> received_;       // the reduce-scatter's terms from the peers, kept across calls
+  std::vector<double> scratch_;        // a copy of a part or chunk that overlaps its destination
 };
 
 }  // namespace tinyllm::dist
