@@ -19,6 +19,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "reduce.h"
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/errors.h"
 
@@ -51,29 +52,6 @@ bool overlaps(const double* x, std::size_t nx, const double* y, std::size_t ny) 
   if (nx == 0 || ny == 0) return false;
   std::less<const double*> before;
   return before(x, y + ny) && before(y, x + nx);
-}
-
-// target[i] = (x_0[i] + x_1[i] + ... + x_{p-1}[i]), divided by p for Mean:
-// added in rank order, as shm_comm.cpp's reduce_in_rank_order does, so the
-// mpi backend leaves the bits the threads and procs backends do. Blocks of
-// kBlock values keep the running sum in L1 and the adds vectorised. target
-// may be a term itself, never partly overlap one.
-void reduce_in_rank_order(std::span<const double* const> terms, std::size_t count, ReduceOp op, double* target) {
-  constexpr std::size_t kBlock = 512;
-  const double p = static_cast<double>(terms.size());
-  double sum[kBlock];
-  for (std::size_t s = 0; s < count; s += kBlock) {
-    const std::size_t m = std::min(kBlock, count - s);
-    std::copy_n(terms[0] + s, m, sum);
-    for (std::size_t q = 1; q < terms.size(); ++q) {
-      const double* x = terms[q] + s;
-      for (std::size_t i = 0; i < m; ++i) sum[i] += x[i];
-    }
-    if (op == ReduceOp::Mean) {
-      for (std::size_t i = 0; i < m; ++i) sum[i] /= p;
-    }
-    std::copy_n(sum, m, target + s);
-  }
 }
 
 }  // namespace
@@ -294,7 +272,7 @@ void MpiComm::reduce_scatter_piece(const double* in, double* part, ReduceOp op) 
     check(MPI_Isend(in + displs_[q], counts_[q], MPI_DOUBLE, q, kTermTag, comm_, &requests_[p + q]), "MPI_Isend");
   }
   wait(requests_, "the reduce-scatter");
-  reduce_in_rank_order(terms_, static_cast<std::size_t>(count), op, part);
+  detail::reduce_in_rank_order(terms_, static_cast<std::size_t>(count), op, part);
 }
 
 // Every rank's part lands in the piece at `out`; `part` may be

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "reduce.h"
 #include "tinyllm/dist/chunk.h"
 
 namespace tinyllm::dist::detail {
@@ -37,17 +38,6 @@ std::pair<std::size_t, std::size_t> piece_of(const std::pair<std::size_t, std::s
                                              std::size_t piece) {
   const std::size_t begin = std::min(c.first + start, c.second);
   return {begin, std::min(c.second, begin + piece) - begin};
-}
-
-// target = parts[0] + parts[1] + … in rank order (then / p for Mean): the
-// one order every rank's copy of the result comes from.
-void reduce_in_rank_order(std::span<const double* const> parts, std::size_t count, ReduceOp op, double* target) {
-  const double p = static_cast<double>(parts.size());
-  for (std::size_t i = 0; i < count; ++i) {
-    double sum = parts[0][i];
-    for (std::size_t q = 1; q < parts.size(); ++q) sum += parts[q][i];
-    target[i] = op == ReduceOp::Mean ? sum / p : sum;
-  }
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ class ShmComm final : public Comm {
   std::string current_;    // "rank 1/4: all_reduce #17", for timeout and abort messages
   std::vector<std::pair<std::size_t, std::size_t>> bounds_;
   std::vector<const double*> parts_;
-  std::vector<double> sum_, incoming_;  // a piece of the running sum, and a peer's piece of it
+  std::vector<double> incoming_;  // a piece of each peer's buffer, read by cross-memory attach
 };
 
 }  // namespace tinyllm::dist::detail

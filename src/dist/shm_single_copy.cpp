@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "reduce.h"
 #include "shm_comm.h"
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/errors.h"
@@ -32,7 +33,7 @@ namespace {
 
 // Below this, the two extra barrier points cost more than the copy they save.
 constexpr std::size_t kSingleCopyMin = 8192;
-// Reductions go a piece at a time, so the running sum stays in cache.
+// Reductions go a piece at a time, so the peers' pieces stay in cache.
 constexpr std::size_t kPiece = 16384;
 
 }  // namespace
@@ -89,34 +90,27 @@ void ShmComm::write_to(int q, const double* local, std::size_t count, const doub
   }
 }
 
-// A peer's values, in place when it shares our address space, else copied
-// into incoming_.
+// Rank q's values, in place when it shares our address space, else copied
+// into its piece of incoming_.
 const double* ShmComm::view(int q, const double* remote, std::size_t count) {
   if (group_.peer_reads() == PeerReads::SameProcess) return remote;
-  incoming_.resize(kPiece);
-  read_from(q, remote, count, incoming_.data());
-  return incoming_.data();
+  double* piece = incoming_.data() + static_cast<std::size_t>(q) * kPiece;
+  read_from(q, remote, count, piece);
+  return piece;
 }
 
-// target[0, b − a) = this rank's chunk [a, b) of Σ_q in_q, summed in rank
-// order (then / p for Mean). `in` is this rank's offered buffer; target may
-// be its own chunk, which no peer reads before the next sync.
+// target[0, b − a) = this rank's chunk [a, b) of Σ_q in_q, a piece at a
+// time. `in` is this rank's offered buffer; target may be its own chunk,
+// which no peer reads before the next sync.
 void ShmComm::reduce_own_chunk(const double* in, std::size_t n, ReduceOp op, double* target) {
   const int p = size();
   auto [a, b] = chunk_bounds(n, p, rank_);
-  sum_.resize(kPiece);
+  incoming_.resize(static_cast<std::size_t>(p) * kPiece);
+  parts_.resize(static_cast<std::size_t>(p));
   for (std::size_t start = a; start < b; start += kPiece) {
     const std::size_t count = std::min(kPiece, b - start);
-    auto term = [&](int q) { return q == rank_ ? in + start : view(q, offered(q) + start, count); };
-    std::memcpy(sum_.data(), term(0), count * sizeof(double));
-    for (int q = 1; q < p; ++q) {
-      const double* x = term(q);
-      for (std::size_t i = 0; i < count; ++i) sum_[i] += x[i];
-    }
-    if (op == ReduceOp::Mean) {
-      for (std::size_t i = 0; i < count; ++i) sum_[i] /= p;
-    }
-    std::memcpy(target + (start - a), sum_.data(), count * sizeof(double));
+    for (int q = 0; q < p; ++q) parts_[q] = q == rank_ ? in + start : view(q, offered(q) + start, count);
+    reduce_in_rank_order(parts_, count, op, target + (start - a));
   }
 }
 
