@@ -8,8 +8,8 @@
 // a later sync, which it only does after reading. Vectors longer than a half
 // take several rounds.
 //
-// Vectors of at least kSingleCopyMin values skip the slots where the group
-// allows it (shm_single_copy.cpp).
+// Large broadcasts and all-gathers skip the slots where the group allows it
+// (shm_single_copy.cpp).
 //
 // The reductions follow chunk_bounds: each rank sums its own chunk over all
 // slots in rank order 0..p-1, once, and everyone copies that result, so every
@@ -97,7 +97,6 @@ void ShmComm::stage_pieces(const double* in, std::size_t start, std::size_t piec
 // Round t of reduce_scatter: stage every chunk's piece t, sum piece rank_
 // over all slots into out.
 void ShmComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
-  if (single_copy(in.size())) return reduce_scatter_single_copy(in, out, op);
   const int p = size();
   const auto& bounds = lay_out(in.size());
   const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);
@@ -135,7 +134,6 @@ void ShmComm::transport_all_gather(std::span<const double> chunk, std::span<doub
 // rank's piece in place in its own half (no other rank reads that piece of
 // this slot), sync, copy every rank's reduced piece out.
 void ShmComm::transport_all_reduce(std::span<double> buf, ReduceOp op) {
-  if (single_copy(buf.size())) return all_reduce_single_copy(buf, op);
   const int p = size();
   const auto& bounds = lay_out(buf.size());
   const std::size_t piece = half_doubles_ / static_cast<std::size_t>(p);

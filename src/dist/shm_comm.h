@@ -1,8 +1,8 @@
 // ShmComm: the collectives over a ShmGroup, for ranks that share memory
 // (threads of one process, or processes forked with a shared mapping). Data
 // moves by plain copies through each rank's slot, or, for large broadcasts
-// and all-gathers where the group allows it, straight from the owner's
-// buffer. Not installed: use run_threads or run_procs.
+// and all-gathers where the group allows it, straight between the ranks'
+// buffers. Not installed: use run_threads or run_procs.
 #pragma once
 
 #include <vector>
@@ -38,11 +38,7 @@ class ShmComm final : public Comm {
   void read_from(int q, const double* remote, std::size_t count, double* local);
   void write_to(int q, const double* local, std::size_t count, const double* remote);
   [[noreturn]] void cross_memory_attach_failed(int q, const char* call);
-  const double* view(int q, const double* remote, std::size_t count);
-  void reduce_own_chunk(const double* in, std::size_t n, ReduceOp op, double* target);
   void broadcast_single_copy(std::span<double> buf, int root);
-  void all_reduce_single_copy(std::span<double> buf, ReduceOp op);
-  void reduce_scatter_single_copy(std::span<const double> in, std::span<double> out, ReduceOp op);
   void all_gather_single_copy(std::span<const double> chunk, std::span<double> out);
 
   // Every rank's chunk_bounds chunk of n values, in bounds_ (parts_ sized to match).
@@ -62,7 +58,6 @@ class ShmComm final : public Comm {
   std::string current_;    // "rank 1/4: all_reduce #17", for timeout and abort messages
   std::vector<std::pair<std::size_t, std::size_t>> bounds_;
   std::vector<const double*> parts_;
-  std::vector<double> incoming_;  // a piece of each peer's buffer, read by cross-memory attach
 };
 
 }  // namespace tinyllm::dist::detail

@@ -23,7 +23,7 @@ namespace tinyllm::dist::detail {
 namespace {
 
 constexpr std::size_t kPage = 4096;
-constexpr int kSpins = 2000;
+constexpr int kSpins = 100;
 constexpr auto kYieldFor = std::chrono::microseconds(1000);
 constexpr auto kNap = std::chrono::milliseconds(50);  // futex sleeps re-check the deadline this often
 

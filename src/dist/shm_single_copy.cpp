@@ -1,5 +1,6 @@
-// ShmComm's single-copy path: large collectives copy straight between the
-// ranks' own buffers instead of twice through the slots (the staged path).
+// ShmComm's single-copy path: large broadcasts and all-gathers copy straight
+// between the ranks' own buffers instead of twice through the slots (the
+// staged path).
 // Threads of one process copy from a peer's pointer; forked processes use
 // cross-memory attach (process_vm_readv / process_vm_writev), as Open MPI's
 // shared-memory transport does.
@@ -7,15 +8,13 @@
 // Each collective: every rank offers its buffer's address (a sync), copies,
 // and syncs again so no buffer changes while a peer still uses it. Who
 // copies what:
-//   broadcast       receivers read the first (p−1)/p of root's buffer; root
-//                   writes the last 1/p into each receiver's, so every rank
-//                   copies about the same amount.
-//   reduce_scatter  rank r sums its chunk of every rank's buffer in rank
-//                   order, a piece at a time: the staged path's arithmetic,
-//                   so both give the same bits.
-//   all_reduce      reduce_scatter into its own buffer's chunk, a sync, then
-//                   every rank reads the other reduced chunks.
-//   all_gather      every rank reads the other ranks' chunks.
+//   broadcast   receivers read the first (p−1)/p of root's buffer; root
+//               writes the last 1/p into each receiver's, so every rank
+//               copies about the same amount.
+//   all_gather  every rank reads the other ranks' chunks.
+// The reductions stay staged: they read the slots in place, while here each
+// peer's piece would first be copied by the kernel, which measured slower
+// (docs/PERFORMANCE.md).
 #include <fmt/format.h>
 #include <sys/uio.h>
 
@@ -23,7 +22,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "reduce.h"
 #include "shm_comm.h"
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/errors.h"
@@ -33,8 +31,6 @@ namespace {
 
 // Below this, the two extra barrier points cost more than the copy they save.
 constexpr std::size_t kSingleCopyMin = 8192;
-// Reductions go a piece at a time, so the peers' pieces stay in cache.
-constexpr std::size_t kPiece = 16384;
 
 }  // namespace
 
@@ -90,30 +86,6 @@ void ShmComm::write_to(int q, const double* local, std::size_t count, const doub
   }
 }
 
-// Rank q's values, in place when it shares our address space, else copied
-// into its piece of incoming_.
-const double* ShmComm::view(int q, const double* remote, std::size_t count) {
-  if (group_.peer_reads() == PeerReads::SameProcess) return remote;
-  double* piece = incoming_.data() + static_cast<std::size_t>(q) * kPiece;
-  read_from(q, remote, count, piece);
-  return piece;
-}
-
-// target[0, b − a) = this rank's chunk [a, b) of Σ_q in_q, a piece at a
-// time. `in` is this rank's offered buffer; target may be its own chunk,
-// which no peer reads before the next sync.
-void ShmComm::reduce_own_chunk(const double* in, std::size_t n, ReduceOp op, double* target) {
-  const int p = size();
-  auto [a, b] = chunk_bounds(n, p, rank_);
-  incoming_.resize(static_cast<std::size_t>(p) * kPiece);
-  parts_.resize(static_cast<std::size_t>(p));
-  for (std::size_t start = a; start < b; start += kPiece) {
-    const std::size_t count = std::min(kPiece, b - start);
-    for (int q = 0; q < p; ++q) parts_[q] = q == rank_ ? in + start : view(q, offered(q) + start, count);
-    reduce_in_rank_order(parts_, count, op, target + (start - a));
-  }
-}
-
 void ShmComm::broadcast_single_copy(std::span<double> buf, int root) {
   const std::size_t split = buf.size() - buf.size() / static_cast<std::size_t>(size());
   offer(buf.data());
@@ -123,25 +95,6 @@ void ShmComm::broadcast_single_copy(std::span<double> buf, int root) {
     }
   } else {
     read_from(root, offered(root), split, buf.data());
-  }
-  sync();
-}
-
-void ShmComm::reduce_scatter_single_copy(std::span<const double> in, std::span<double> out, ReduceOp op) {
-  offer(in.data());
-  reduce_own_chunk(in.data(), in.size(), op, out.data());
-  sync();
-}
-
-void ShmComm::all_reduce_single_copy(std::span<double> buf, ReduceOp op) {
-  const int p = size();
-  offer(buf.data());
-  auto [a, b] = chunk_bounds(buf.size(), p, rank_);
-  reduce_own_chunk(buf.data(), buf.size(), op, buf.data() + a);
-  sync();
-  for (int q = 0; q < p; ++q) {
-    auto [qa, qb] = chunk_bounds(buf.size(), p, q);
-    if (q != rank_) read_from(q, offered(q) + qa, qb - qa, buf.data() + qa);
   }
   sync();
 }
