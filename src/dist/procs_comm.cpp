@@ -148,7 +148,7 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
   if (p < 1) throw std::invalid_argument(fmt::format("run_procs: world size must be at least 1 (got {})", p));
   const std::size_t slot = detail::ShmGroup::kDefaultSlotDoubles;
   SharedSegment segment(detail::ShmGroup::bytes_needed(p, slot));
-  const detail::PeerReads reads = options.single_copy ? probe_peer_reads() : detail::PeerReads::Staged;
+  const detail::PeerReads reads = detail::choose_peer_reads(p, options.single_copy, probe_peer_reads());
   detail::ShmGroup& group = *detail::ShmGroup::create(segment.memory(), p, slot, reads);
 
   // Anything buffered now would be written once by every child as well.

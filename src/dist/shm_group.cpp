@@ -163,6 +163,11 @@ std::string ShmGroup::failure_message() const {
   return failure_message_;
 }
 
+PeerReads choose_peer_reads(int p, bool single_copy, PeerReads available) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return single_copy && static_cast<unsigned>(p) <= cores ? available : PeerReads::Staged;
+}
+
 void throw_failure(int rank, FailureKind kind, const std::string& message) {
   const std::string named = fmt::format("rank {}: {}", rank, message);
   switch (kind) {

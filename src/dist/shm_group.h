@@ -26,13 +26,21 @@ enum class PeerReads : std::uint32_t {
   Staged,             // neither is allowed here: every byte goes through the slots
 };
 
+// What a launcher should use: `available` when single copies are wanted and
+// every rank has a core of its own; with more ranks than cores the staged
+// path measured faster at every size (docs/PERFORMANCE.md).
+PeerReads choose_peer_reads(int p, bool single_copy, PeerReads available);
+
 // How a failure is rethrown where it is reported (another thread, or the
 // parent of a forked rank), since an exception object cannot cross processes.
 enum class FailureKind : std::uint32_t { Comm, InvalidArgument, Logic, Runtime, Other };
 
 class ShmGroup {
  public:
-  static constexpr std::size_t kDefaultSlotDoubles = std::size_t{1} << 19;  // 4 MiB a rank
+  // 1 MiB a rank: rounds of 512 KiB stay in cache between the rank that
+  // writes a half and the ranks that read it; 4 MiB slots measured 1.5x
+  // slower for a 16 MiB all_reduce on 2 ranks.
+  static constexpr std::size_t kDefaultSlotDoubles = std::size_t{1} << 17;
 
   // Bytes a group of p ranks with slot_doubles per rank occupies.
   static std::size_t bytes_needed(int p, std::size_t slot_doubles);

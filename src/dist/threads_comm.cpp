@@ -18,7 +18,7 @@ void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions option
   if (!memory) throw std::bad_alloc();
   detail::ShmGroup& group =
       *detail::ShmGroup::create(memory.get(), p, detail::ShmGroup::kDefaultSlotDoubles,
-                                options.single_copy ? detail::PeerReads::SameProcess : detail::PeerReads::Staged);
+                                detail::choose_peer_reads(p, options.single_copy, detail::PeerReads::SameProcess));
 
   std::vector<std::thread> ranks;
   auto run_rank = [&](int r) {
