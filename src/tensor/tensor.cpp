@@ -69,7 +69,16 @@ std::size_t Tensor::size(int dim) const {
   return shape()[static_cast<std::size_t>(d)];
 }
 
-std::span<double> Tensor::data() const { return impl().data.span(); }
+std::span<double> Tensor::data() const {
+  const TensorImpl& self = impl();
+  if (self.data.size() != self.numel) {
+    throw std::invalid_argument(fmt::format(
+        "Tensor: the values of this {} tensor are released (a ZeRO stage-3 parameter between steps: call "
+        "ZeroOptimizer::gather() before using it)",
+        to_string(self.shape)));
+  }
+  return self.data.span();
+}
 
 std::span<double> Tensor::grad() const { return impl().grad.span(); }
 

@@ -26,7 +26,7 @@ struct Node;
 struct TensorImpl {
   Shape shape;
   std::size_t numel = 0;
-  Storage data;
+  Storage data;  // empty while released (numel > 0): see Tensor::data()
   Storage grad;  // empty until a backward reaches this tensor
   bool requires_grad = false;
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
@@ -49,6 +49,8 @@ class Tensor {
   std::size_t size(int dim) const;  // negative counts from the end
   std::size_t numel() const;
 
+  // std::invalid_argument while the values are released (impl().data emptied,
+  // as ZeRO stage 3 does between steps), so no op reads a missing array.
   std::span<double> data() const;
   // Empty until a backward reaches this tensor, and again after zero_grad().
   std::span<double> grad() const;

@@ -1,0 +1,60 @@
+// DDP: data parallelism as the seed defines it. Every rank holds the whole
+// model and computes the gradient of its own slice of the batch; DDP makes
+// the replicas start equal (rank 0's parameters, broadcast at construction)
+// and averages the gradients (one flat bucket, all_reduce(Mean)), and
+// nothing else: the optimizer is the unchanged one-process optimizer.
+// Reference: Li et al., PyTorch Distributed (VLDB 2020); seed section 2.
+//
+// A training step on each rank:
+//   opt.zero_grad(); loss(slice).backward(); ddp.sync_grads(); opt.step();
+// Gradient accumulation needs no switch (PyTorch's no_sync): backward()
+// adds into .grad, so run every micro-batch's backward and call
+// sync_grads() once, after the last; nothing is sent before it.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "tinyllm/dist/comm.h"
+#include "tinyllm/nn/module.h"
+
+namespace tinyllm::dist {
+
+class DDP : public nn::Module {
+ public:
+  // Collective. Broadcasts rank 0's parameters into every rank's model. The
+  // model is registered as the child "module", so parameters() is the
+  // model's, in its order, and names read "module.<name>" as in PyTorch.
+  // std::invalid_argument on every rank for a null model, a model without
+  // parameters, or ranks whose models differ in parameter count or shapes.
+  DDP(std::shared_ptr<nn::Module> model, Comm& comm);
+
+  // The wrapped model (PyTorch's ddp.module), as its own type.
+  template <class M = nn::Module>
+  M& module() const {
+    return dynamic_cast<M&>(*module_);
+  }
+  // model.forward(args...): C++ modules share no forward signature, so the
+  // caller names the model's type, ddp.forward<nn::GPT>(idx, B, T).
+  template <class M, class... Args>
+  decltype(auto) forward(Args&&... args) const {
+    return module<M>().forward(std::forward<Args>(args)...);
+  }
+
+  // Collective. Every parameter's grad becomes the mean over ranks, the same
+  // bits on every rank. A parameter without a grad on some rank counts as a
+  // zero gradient there, and after the call every parameter has a grad (the
+  // mean, zeros where no rank had one; where one process under PyTorch
+  // would skip such a parameter, the optimizer then steps it with a zero
+  // gradient). std::invalid_argument on every rank when a rank has no
+  // gradient at all.
+  void sync_grads();
+
+ private:
+  std::shared_ptr<nn::Module> module_;
+  Comm& comm_;
+  std::vector<Tensor> params_;  // module_'s, in parameters() order
+};
+
+}  // namespace tinyllm::dist

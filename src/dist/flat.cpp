@@ -1,0 +1,156 @@
+#include "flat.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "tinyllm/tensor/storage.h"
+
+namespace tinyllm::dist {
+namespace {
+
+// Calls fn(param, offset) for each parameter, with offset its first index
+// in the flat vector.
+template <class Fn>
+void for_each_segment(const std::vector<Tensor>& params, Fn fn) {
+  std::size_t offset = 0;
+  for (const Tensor& p : params) {
+    fn(p, offset);
+    offset += p.numel();
+  }
+}
+
+// FNV-1a over every shape, rank by dimension: equal lists hash equal.
+std::uint64_t shapes_hash(const std::vector<Tensor>& params) {
+  std::uint64_t h = 14695981039346656037ull;
+  const auto mix = [&h](std::uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) h = (h ^ ((value >> (8 * byte)) & 0xff)) * 1099511628211ull;
+  };
+  for (const Tensor& p : params) {
+    mix(p.dim());
+    for (std::size_t d : p.shape()) mix(d);
+  }
+  return h;
+}
+
+// Which problem with the list, if any, is this rank's own.
+std::string list_problem(const std::vector<Tensor>& params) {
+  if (params.empty()) return "the parameter list must not be empty (got 0 tensors)";
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined()) return fmt::format("parameter {} must be defined (got an undefined tensor)", i);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (params[j].same(params[i])) {
+        return fmt::format("parameter {} must appear once (got the same tensor as parameter {})", i, j);
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::size_t flat_length(const std::vector<Tensor>& params) {
+  std::size_t n = 0;
+  for (const Tensor& p : params) n += p.numel();
+  return n;
+}
+
+void flatten_grads(const std::vector<Tensor>& params, std::span<double> flat) {
+  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
+    const std::span<double> grad = p.grad();
+    const auto out = flat.begin() + static_cast<std::ptrdiff_t>(offset);
+    if (grad.empty()) {
+      std::fill_n(out, p.numel(), 0.0);
+    } else {
+      std::copy(grad.begin(), grad.end(), out);
+    }
+  });
+}
+
+void unflatten_grads(std::span<const double> flat, const std::vector<Tensor>& params) {
+  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
+    const std::span<const double> segment = flat.subspan(offset, p.numel());
+    std::copy(segment.begin(), segment.end(), p.mutable_grad().begin());
+  });
+}
+
+void flatten_data(const std::vector<Tensor>& params, std::span<double> flat) {
+  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
+    std::copy(p.data().begin(), p.data().end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
+  });
+}
+
+void unflatten_data(std::span<const double> flat, const std::vector<Tensor>& params) {
+  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
+    const std::span<const double> segment = flat.subspan(offset, p.numel());
+    std::copy(segment.begin(), segment.end(), p.data().begin());
+  });
+}
+
+void broadcast_params(Comm& comm, const std::vector<Tensor>& params) {
+  Storage flat(flat_length(params));
+  flatten_data(params, flat.span());
+  comm.broadcast(flat.span(), 0);
+  unflatten_data(flat.span(), params);
+}
+
+void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int setting) {
+  // Rank by rank: its own problem (1 or 0), the setting, the tensor count,
+  // n, and the shapes' hash in two exact 32-bit halves.
+  constexpr std::size_t kFields = 6;
+  const std::string own_problem = list_problem(params);
+  const bool listed = own_problem.empty();
+  const std::uint64_t hash = listed ? shapes_hash(params) : 0;
+  const double mine[kFields] = {listed ? 0.0 : 1.0,
+                                static_cast<double>(setting),
+                                static_cast<double>(params.size()),
+                                listed ? static_cast<double>(flat_length(params)) : 0.0,
+                                static_cast<double>(hash >> 32),
+                                static_cast<double>(hash & 0xffffffffu)};
+  const int p = comm.size();
+  std::vector<double> all(kFields * static_cast<std::size_t>(p));
+  comm.all_gather(mine, all);
+
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("{}: {}: {}", comm.who(), who, what));
+  };
+  if (!listed) fail(own_problem);
+  const auto field = [&](int q, std::size_t f) { return all[kFields * static_cast<std::size_t>(q) + f]; };
+  for (int q = 0; q < p; ++q) {
+    if (field(q, 0) != 0) fail(fmt::format("rank {} has an invalid parameter list", q));
+  }
+  for (int q = 1; q < p; ++q) {
+    if (field(q, 1) != field(0, 1)) {
+      fail(fmt::format("ranks disagree on the stage: rank {} asked for {}, rank 0 for {}", q, field(q, 1), field(0, 1)));
+    }
+    if (field(q, 2) != field(0, 2) || field(q, 3) != field(0, 3)) {
+      fail(fmt::format("ranks disagree on the parameters: rank {} has {} tensors of {} values, rank 0 has {} of {}", q,
+                       field(q, 2), field(q, 3), field(0, 2), field(0, 3)));
+    }
+    if (field(q, 4) != field(0, 4) || field(q, 5) != field(0, 5)) {
+      fail(fmt::format("ranks disagree on the parameter shapes: rank {}'s {} tensors of {} values are shaped unlike "
+                       "rank 0's",
+                       q, field(q, 2), field(q, 3)));
+    }
+  }
+}
+
+void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, const char* who) {
+  const bool has_grads = std::any_of(params.begin(), params.end(), [](const Tensor& p) { return !p.grad().empty(); });
+  const double mine = has_grads ? 1.0 : 0.0;
+  std::vector<double> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather({&mine, 1}, all);
+  std::vector<int> missing;
+  for (int q = 0; q < comm.size(); ++q)
+    if (all[static_cast<std::size_t>(q)] == 0) missing.push_back(q);
+  if (!missing.empty()) {
+    throw std::invalid_argument(fmt::format("{}: {}: rank(s) {} have no gradients (call backward() before reducing)",
+                                            comm.who(), who, fmt::join(missing, ", ")));
+  }
+}
+
+}  // namespace tinyllm::dist

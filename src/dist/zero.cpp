@@ -1,0 +1,121 @@
+#include "tinyllm/dist/zero.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
+
+#include "flat.h"
+#include "tinyllm/optim/clip_grad.h"
+#include "tinyllm/tensor/storage.h"
+
+namespace tinyllm::dist {
+
+ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Tensor> params, Comm& comm, int stage)
+    : params_(std::move(params)), comm_(comm), stage_(stage) {
+  if (stage_ < 1 || stage_ > 3) {
+    throw std::invalid_argument(fmt::format("ZeroOptimizer: stage must be 1, 2 or 3 (got {})", stage_));
+  }
+  if (!make_inner) throw std::invalid_argument("ZeroOptimizer: the optimizer factory must not be empty");
+  check_same_parameters(comm_, params_, "ZeroOptimizer", stage_);
+  broadcast_params(comm_, params_);
+
+  n_ = flat_length(params_);
+  std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
+  Storage flat(n_);
+  flatten_data(params_, flat.span());
+  master_chunk_ = Tensor::empty({b_ - a_});
+  std::copy(flat.data() + a_, flat.data() + b_, master_chunk_.data().begin());
+  inner_ = make_inner({master_chunk_});
+  if (stage_ == 3) release_params();
+}
+
+void ZeroOptimizer::gather() {
+  if (gathered_) return;
+  for (const Tensor& p : params_) p.impl().data = Storage(p.numel());
+  all_gather_params();
+  gathered_ = true;
+}
+
+void ZeroOptimizer::step() {
+  reduce_grads();  // 1 and 2
+  inner_->step();  // 3: the unchanged optimizer, on w[a, b) and its averaged gradient
+  if (stage_ < 3) {
+    all_gather_params();  // 4
+  } else {
+    release_params();
+  }
+  reduced_ = false;
+}
+
+void ZeroOptimizer::reduce_grads() {
+  if (reduced_) return;
+  check_every_rank_has_grads(comm_, params_, "ZeroOptimizer::step");
+  // 1. Flatten .grad in parameter order (the reduce buffer is transient).
+  Storage flat_grads(n_);
+  flatten_grads(params_, flat_grads.span());
+  // 2. Average. Stage 1 keeps every averaged gradient in .grad; stages 2 and
+  // 3 receive only their chunk's and drop the full arrays.
+  const std::span<double> chunk_grad = master_chunk_.mutable_grad();
+  if (stage_ == 1) {
+    comm_.all_reduce(flat_grads.span(), ReduceOp::Mean);
+    unflatten_grads(flat_grads.span(), params_);
+    std::copy(flat_grads.data() + a_, flat_grads.data() + b_, chunk_grad.begin());
+  } else {
+    comm_.reduce_scatter(flat_grads.span(), chunk_grad, ReduceOp::Mean);
+    for (const Tensor& p : params_) p.zero_grad();
+  }
+  reduced_ = true;
+}
+
+void ZeroOptimizer::all_gather_params() {
+  Storage flat(n_);
+  comm_.all_gather(master_chunk_.data(), flat.span());
+  unflatten_data(flat.span(), params_);
+}
+
+// Stage 3 between steps: the storage goes back to the cache, where the next
+// gather() takes it up again without touching fresh pages.
+void ZeroOptimizer::release_params() {
+  for (const Tensor& p : params_) p.impl().data = Storage();
+  gathered_ = false;
+}
+
+void ZeroOptimizer::zero_grad() {
+  for (const Tensor& p : params_) p.zero_grad();
+  master_chunk_.zero_grad();
+  reduced_ = false;
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  reduce_grads();
+  const std::span<double> chunk_grad = master_chunk_.grad();
+  double squares = 0;
+  for (double g : chunk_grad) squares += g * g;
+  comm_.all_reduce({&squares, 1}, ReduceOp::Sum);
+  const double total_norm = std::sqrt(squares);
+  const double coefficient = optim::clip_coefficient(total_norm, max_norm);
+  for (double& g : chunk_grad) g *= coefficient;
+  if (stage_ == 1) {
+    for (const Tensor& p : params_)
+      for (double& g : p.grad()) g *= coefficient;
+  }
+  return total_norm;
+}
+
+MemoryBytes ZeroOptimizer::memory_bytes() const {
+  std::size_t params = 0, grads = master_chunk_.grad().size();
+  for (const Tensor& p : params_) {
+    params += p.impl().data.size();
+    grads += p.grad().size();
+  }
+  std::size_t optimizer = inner_->state_dict().bytes() / sizeof(double);
+  // In stage 3 the master chunk is the rank's share of the parameters; below
+  // it, a copy kept beside the full parameters for the optimizer.
+  (stage_ == 3 ? params : optimizer) += master_chunk_.numel();
+  return {.params = params * sizeof(double), .grads = grads * sizeof(double), .optimizer = optimizer * sizeof(double)};
+}
+
+}  // namespace tinyllm::dist

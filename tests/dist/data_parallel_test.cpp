@@ -1,0 +1,202 @@
+// What users of DDP, FSDP and DeepSpeed rely on, for DDP and every ZeRO
+// stage, each equal to one process to 1e-10 with the same bits on every
+// rank: gradient accumulation that sends nothing until the step, global-norm
+// clipping across shards, and parameters that get no gradient.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "comm_contract.h"
+#include "support/expect_throw.h"
+#include "tinyllm/dist/zero.h"
+#include "tinyllm/optim/adamw.h"
+#include "tinyllm/optim/clip_grad.h"
+#include "tinyllm/optim/sgd.h"
+#include "zero_testing.h"
+
+namespace tinyllm::testing {
+namespace {
+
+using dist::Comm;
+
+struct ModeCase {
+  Backend backend;
+  Mode mode;
+};
+
+class DataParallelTest : public ::testing::TestWithParam<ModeCase> {};
+
+std::string case_name(const ::testing::TestParamInfo<ModeCase>& info) {
+  return fmt::format("{}{}", info.param.backend == Backend::Threads ? "Threads" : "Procs", mode_name(info.param.mode));
+}
+
+optim::OptimizerFactory adamw_with_decay() {
+  return optim::AdamW::factory({.lr = 0.05, .betas = {0.9, 0.99}, .eps = 1e-8, .weight_decay = 0.1});
+}
+
+void expect_matches_one_process(const ModeCase& c, TrainSetup setup, std::initializer_list<int> worlds) {
+  setup.mode = c.mode;
+  const std::vector<double> expected = train_one_process(setup);
+  for (int p : worlds) {
+    SCOPED_TRACE(std::to_string(p) + " ranks");
+    run_ranks(c.backend, p, [&](Comm& comm) {
+      const std::vector<double> trained = train_ranks(comm, setup);
+      expect_all_within(trained, expected, 1e-10, "parameters");
+      expect_same_bits_on_every_rank(comm, trained, "parameters");
+    });
+  }
+}
+
+TEST_P(DataParallelTest, AccumulatedMicroBatchesMatchOneProcess) {
+  expect_matches_one_process(GetParam(), {.make_optimizer = adamw_with_decay(), .steps = 3, .accum = 2}, {1, 2, 3, 4});
+}
+
+TEST_P(DataParallelTest, ClippedStepsMatchOneProcess) {
+  // A limit well below the gradient's norm, so every step clips.
+  expect_matches_one_process(GetParam(), {.make_optimizer = adamw_with_decay(), .steps = 3, .clip = 0.05}, {1, 2, 3, 4});
+  expect_matches_one_process(
+      GetParam(),
+      {.make_optimizer = optim::SGD::factory({.lr = 0.1, .momentum = 0.9}), .steps = 3, .accum = 2, .clip = 0.05},
+      {2, 4});
+}
+
+// One step on rank slices: the returned norm and the clipped gradient, set
+// against clip_grad_norm on one process.
+TEST_P(DataParallelTest, ClipReturnsTheGlobalNormOnEveryRank) {
+  const auto [backend, mode] = GetParam();
+  TinyNet one(5);
+  tiny_loss(one, 0, 0, 24).backward();
+  const double expected_norm = optim::clip_grad_norm(one.parameters(), 0.05);
+  ASSERT_GT(expected_norm, 0.05);
+  run_ranks(backend, 4, [&](Comm& comm) {
+    auto net = std::make_shared<TinyNet>(5);
+    const std::size_t first = 6 * static_cast<std::size_t>(comm.rank());
+    double norm = 0;
+    if (mode == Mode::Ddp) {
+      dist::DDP ddp(net, comm);
+      tiny_loss(*net, 0, first, 6).backward();
+      ddp.sync_grads();
+      norm = optim::clip_grad_norm(ddp.parameters(), 0.05);
+    } else {
+      dist::ZeroOptimizer zo(adamw_with_decay(), net->parameters(), comm, static_cast<int>(mode));
+      zo.gather();
+      tiny_loss(*net, 0, first, 6).backward();
+      norm = zo.clip_grad_norm(0.05);
+      // After clipping, the chunk's gradient has its share of a norm of 0.05.
+      double squares = 0;
+      for (double g : zo.master_chunk().grad()) squares += g * g;
+      comm.all_reduce({&squares, 1}, dist::ReduceOp::Sum);
+      EXPECT_NEAR(std::sqrt(squares), 0.05, 1e-6);
+    }
+    EXPECT_NEAR(norm, expected_norm, 1e-12);
+    expect_same_bits_on_every_rank(comm, {norm}, "norm");
+  });
+}
+
+TEST_P(DataParallelTest, AccumulationSendsNothingUntilTheStep) {
+  const auto [backend, mode] = GetParam();
+  run_ranks(backend, 2, [&](Comm& comm) {
+    auto net = std::make_shared<TinyNet>(5);
+    std::unique_ptr<dist::DDP> ddp;
+    std::unique_ptr<dist::ZeroOptimizer> zo;
+    if (mode == Mode::Ddp) {
+      ddp = std::make_unique<dist::DDP>(net, comm);
+    } else {
+      zo = std::make_unique<dist::ZeroOptimizer>(adamw_with_decay(), net->parameters(), comm, static_cast<int>(mode));
+      zo->gather();
+    }
+    const std::uint64_t calls = comm.total_traffic().calls;
+    for (int m = 0; m < 3; ++m) tiny_loss(*net, 0, 4 * static_cast<std::size_t>(m), 4).backward();
+    EXPECT_EQ(comm.total_traffic().calls, calls) << "a micro-batch's backward communicated";
+    if (ddp) {
+      ddp->sync_grads();
+    } else {
+      zo->step();
+    }
+    EXPECT_GT(comm.total_traffic().calls, calls);
+  });
+}
+
+// A parameter that only rank 0's loss uses: the others have no grad for
+// it, which counts as zero, and the mean is then exactly one process's.
+// A parameter no rank uses gets a zero gradient, so it moves under decay:
+// one process that zero-fills missing grads does the same.
+class Partial : public nn::Module {
+ public:
+  Partial() {
+    shared = register_parameter("shared", Tensor::from({0.5, -1.0, 2.0}, {3}));
+    rank0_only = register_parameter("rank0_only", Tensor::from({1.5, -0.5}, {2}));
+    unused = register_parameter("unused", Tensor::from({3.0}, {1}));
+  }
+  // Slice s of p: the shared term always, the rank-0 term on slice 0 only.
+  Tensor loss(int slice, int p) const {
+    Tensor t = Tensor::full({3}, slice);
+    Tensor l = ((shared - t) * (shared - t)).sum() * (1.0 / p);
+    if (slice == 0) l = l + (rank0_only * rank0_only * shared.slice(0, 0, 2)).sum() * (1.0 / p);
+    return l;
+  }
+  Tensor shared, rank0_only, unused;
+};
+
+TEST_P(DataParallelTest, ParametersWithoutGradientCountAsZero) {
+  const auto [backend, mode] = GetParam();
+  constexpr int kSteps = 3;
+  for (int p : {2, 3}) {
+    SCOPED_TRACE(std::to_string(p) + " ranks");
+    // One process: the sum of every slice's loss, the missing grad zero-filled.
+    Partial one;
+    auto opt = adamw_with_decay()(one.parameters());
+    for (int step = 0; step < kSteps; ++step) {
+      opt->zero_grad();
+      Tensor total = one.loss(0, p);
+      for (int s = 1; s < p; ++s) total = total + one.loss(s, p);
+      total.backward();
+      for (const Tensor& param : one.parameters()) param.mutable_grad();
+      opt->step();
+    }
+    const std::vector<double> expected = flat_values(one.parameters());
+    ASSERT_NE(expected.back(), 3.0) << "weight decay moves the unused parameter";
+
+    run_ranks(backend, p, [&](Comm& comm) {
+      auto net = std::make_shared<Partial>();
+      // Rank r's loss is p times its slice's, the mean over ranks one process's sum.
+      const auto backward = [&] { (net->loss(comm.rank(), p) * static_cast<double>(p)).backward(); };
+      if (mode == Mode::Ddp) {
+        dist::DDP ddp(net, comm);
+        auto ddp_opt = adamw_with_decay()(ddp.parameters());
+        for (int step = 0; step < kSteps; ++step) {
+          ddp_opt->zero_grad();
+          backward();
+          ddp.sync_grads();
+          ddp_opt->step();
+        }
+      } else {
+        dist::ZeroOptimizer zo(adamw_with_decay(), net->parameters(), comm, static_cast<int>(mode));
+        for (int step = 0; step < kSteps; ++step) {
+          zo.gather();
+          zo.zero_grad();
+          backward();
+          zo.step();
+        }
+        zo.gather();
+      }
+      const std::vector<double> trained = flat_values(net->parameters());
+      expect_all_within(trained, expected, 1e-10, "parameters");
+      expect_same_bits_on_every_rank(comm, trained, "parameters");
+    });
+  }
+}
+
+std::vector<ModeCase> mode_cases() {
+  std::vector<ModeCase> cases;
+  for (Backend backend : {Backend::Threads, Backend::Procs})
+    for (Mode mode : {Mode::Ddp, Mode::Zero1, Mode::Zero2, Mode::Zero3}) cases.push_back({backend, mode});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DataParallelTest, ::testing::ValuesIn(mode_cases()), case_name);
+
+}  // namespace
+}  // namespace tinyllm::testing
