@@ -147,42 +147,20 @@ TEST_P(DataParallelTest, ParametersWithoutGradientCountAsZero) {
     SCOPED_TRACE(std::to_string(p) + " ranks");
     // One process: the sum of every slice's loss, the missing grad zero-filled.
     Partial one;
-    auto opt = adamw_with_decay()(one.parameters());
-    for (int step = 0; step < kSteps; ++step) {
-      opt->zero_grad();
+    const std::vector<double> expected = train_alone(one, adamw_with_decay(), kSteps, 0, [&](int) {
       Tensor total = one.loss(0, p);
       for (int s = 1; s < p; ++s) total = total + one.loss(s, p);
       total.backward();
       for (const Tensor& param : one.parameters()) param.mutable_grad();
-      opt->step();
-    }
-    const std::vector<double> expected = flat_values(one.parameters());
+    });
     ASSERT_NE(expected.back(), 3.0) << "weight decay moves the unused parameter";
 
     run_ranks(backend, p, [&](Comm& comm) {
       auto net = std::make_shared<Partial>();
       // Rank r's loss is p times its slice's, the mean over ranks one process's sum.
-      const auto backward = [&] { (net->loss(comm.rank(), p) * static_cast<double>(p)).backward(); };
-      if (mode == Mode::Ddp) {
-        dist::DDP ddp(net, comm);
-        auto ddp_opt = adamw_with_decay()(ddp.parameters());
-        for (int step = 0; step < kSteps; ++step) {
-          ddp_opt->zero_grad();
-          backward();
-          ddp.sync_grads();
-          ddp_opt->step();
-        }
-      } else {
-        dist::ZeroOptimizer zo(adamw_with_decay(), net->parameters(), comm, static_cast<int>(mode));
-        for (int step = 0; step < kSteps; ++step) {
-          zo.gather();
-          zo.zero_grad();
-          backward();
-          zo.step();
-        }
-        zo.gather();
-      }
-      const std::vector<double> trained = flat_values(net->parameters());
+      const std::vector<double> trained = train_mode(comm, mode, net, adamw_with_decay(), kSteps, 0, [&](int) {
+        (net->loss(comm.rank(), p) * static_cast<double>(p)).backward();
+      });
       expect_all_within(trained, expected, 1e-10, "parameters");
       expect_same_bits_on_every_rank(comm, trained, "parameters");
     });

@@ -66,58 +66,67 @@ std::string mode_name(Mode mode) {
   return "?";
 }
 
-std::vector<double> train_one_process(const TrainSetup& setup) {
-  TinyNet net(setup.seed);
-  const std::vector<Tensor> params = net.parameters();
-  std::unique_ptr<optim::Optimizer> opt = setup.make_optimizer(params);
-  for (int step = 0; step < setup.steps; ++step) {
+std::vector<double> train_mode(dist::Comm& comm, Mode mode, const std::shared_ptr<nn::Module>& model,
+                               const optim::OptimizerFactory& make_optimizer, int steps, double clip,
+                               const std::function<void(int step)>& backward_step) {
+  if (mode == Mode::Ddp) {
+    dist::DDP ddp(model, comm);
+    const std::vector<Tensor> params = ddp.parameters();
+    std::unique_ptr<optim::Optimizer> opt = make_optimizer(params);
+    for (int step = 0; step < steps; ++step) {
+      opt->zero_grad();
+      backward_step(step);
+      ddp.sync_grads();
+      if (clip > 0) optim::clip_grad_norm(params, clip);
+      opt->step();
+    }
+    return flat_values(params);
+  }
+  dist::ZeroOptimizer zo(make_optimizer, model->parameters(), comm, static_cast<int>(mode));
+  for (int step = 0; step < steps; ++step) {
+    zo.gather();
+    zo.zero_grad();
+    backward_step(step);
+    if (clip > 0) zo.clip_grad_norm(clip);
+    zo.step();
+  }
+  zo.gather();
+  return flat_values(model->parameters());
+}
+
+std::vector<double> train_alone(nn::Module& model, const optim::OptimizerFactory& make_optimizer, int steps,
+                                double clip, const std::function<void(int step)>& backward_step) {
+  const std::vector<Tensor> params = model.parameters();
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(params);
+  for (int step = 0; step < steps; ++step) {
     opt->zero_grad();
-    // Rank by rank in the distributed run, so micro-batch m of one process
-    // is the union of every rank's micro-batch m.
-    backward_micro_batches(net, step, 0, setup.rows, setup.accum);
-    if (setup.clip > 0) optim::clip_grad_norm(params, setup.clip);
+    backward_step(step);
+    if (clip > 0) optim::clip_grad_norm(params, clip);
     opt->step();
   }
   return flat_values(params);
 }
 
+std::vector<double> train_one_process(const TrainSetup& setup) {
+  TinyNet net(setup.seed);
+  // Micro-batch m of one process is the union of every rank's micro-batch m.
+  return train_alone(net, setup.make_optimizer, setup.steps, setup.clip,
+                     [&](int step) { backward_micro_batches(net, step, 0, setup.rows, setup.accum); });
+}
+
 std::vector<double> train_ranks(dist::Comm& comm, const TrainSetup& setup) {
   const std::size_t p = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
   auto net = std::make_shared<TinyNet>(setup.seed + (setup.seed_by_rank ? r : 0));
-  // Micro-batch m of rank r is rows [m·M + r·M/p, ...) with M = rows/accum,
-  // so that the ranks' micro-batches m together are one process's.
+  // Micro-batch m of rank r is rows [m·M + r·M/p, m·M + (r+1)·M/p) with
+  // M = rows/accum, so that the ranks' micro-batches m together are one
+  // process's.
   const std::size_t micro_rows = setup.rows / static_cast<std::size_t>(setup.accum);
-  const auto backward_step = [&](int step) {
+  return train_mode(comm, setup.mode, net, setup.make_optimizer, setup.steps, setup.clip, [&](int step) {
     for (int m = 0; m < setup.accum; ++m) {
       const std::size_t first = static_cast<std::size_t>(m) * micro_rows + r * (micro_rows / p);
       (tiny_loss(*net, step, first, micro_rows / p) * (1.0 / setup.accum)).backward();
     }
-  };
-
-  if (setup.mode == Mode::Ddp) {
-    dist::DDP ddp(net, comm);
-    const std::vector<Tensor> params = ddp.parameters();
-    std::unique_ptr<optim::Optimizer> opt = setup.make_optimizer(params);
-    for (int step = 0; step < setup.steps; ++step) {
-      opt->zero_grad();
-      backward_step(step);
-      ddp.sync_grads();
-      if (setup.clip > 0) optim::clip_grad_norm(params, setup.clip);
-      opt->step();
-    }
-    return flat_values(params);
-  }
-  const int stage = setup.mode == Mode::Zero1 ? 1 : setup.mode == Mode::Zero2 ? 2 : 3;
-  dist::ZeroOptimizer zo(setup.make_optimizer, net->parameters(), comm, stage);
-  for (int step = 0; step < setup.steps; ++step) {
-    zo.gather();
-    zo.zero_grad();
-    backward_step(step);
-    if (setup.clip > 0) zo.clip_grad_norm(setup.clip);
-    zo.step();
-  }
-  zo.gather();
-  return flat_values(net->parameters());
+  });
 }
 
 std::vector<double> flat_values(const std::vector<Tensor>& params) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,17 @@ struct TrainSetup {
   std::uint64_t seed = 7;
   bool seed_by_rank = false;  // rank r builds its net from seed + r
 };
+
+// The training loop of a mode on this rank, for any model: each step,
+// backward_step(step) computes this rank's gradients (several backward
+// calls for accumulation), then DDP or ZeRO reduces, clips (clip > 0) and
+// steps. Returns every parameter afterwards (in stage 3, gathered).
+std::vector<double> train_mode(dist::Comm& comm, Mode mode, const std::shared_ptr<nn::Module>& model,
+                               const optim::OptimizerFactory& make_optimizer, int steps, double clip,
+                               const std::function<void(int step)>& backward_step);
+// The same loop on one process.
+std::vector<double> train_alone(nn::Module& model, const optim::OptimizerFactory& make_optimizer, int steps,
+                                double clip, const std::function<void(int step)>& backward_step);
 
 // Every parameter of the net after setup.steps steps of one process on the
 // whole batch (the mode is ignored).

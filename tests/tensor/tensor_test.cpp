@@ -109,5 +109,22 @@ TEST(StorageDeathTest, UseOfACachedBlockIsReported) {
 }
 #endif
 
+// ZeRO stage 3 empties a parameter's storage between steps; every op then
+// refuses it instead of reading a missing array, and it works again once
+// the storage is back.
+TEST(TensorTest, ReleasedValuesAreRefusedByEveryReader) {
+  Tensor w = Tensor::from({1, 2, 3, 4, 5, 6}, {2, 3}, true);
+  w.impl().data = Storage();
+  EXPECT_EQ(w.numel(), 6u);
+  EXPECT_EQ(w.shape(), (Shape{2, 3}));
+  EXPECT_THROW_WITH(w.data(), std::invalid_argument, "the values of this [2, 3] tensor are released");
+  EXPECT_THROW_WITH(w.sum(), std::invalid_argument, "released");
+  EXPECT_THROW_WITH(w.clone(), std::invalid_argument, "released");
+  w.impl().data = Storage(6);
+  std::fill(w.data().begin(), w.data().end(), 1.0);
+  EXPECT_EQ(w.sum().item(), 6.0);
+}
+
 }  // namespace
 }  // namespace tinyllm
+

@@ -1,8 +1,10 @@
-// The Comm contract on the MPI backend: the world is whatever mpirun
-// started, so the cases are that world with every n.
+// The Comm contract and the GPT equality suite on the MPI backend: the
+// world is whatever mpirun started, so the cases are that world with every
+// n, and that world in every mode.
 #include <cstdlib>
 
 #include "../comm_contract.h"
+#include "../gpt_equality.h"
 #include "tinyllm/dist/mpi_comm.h"
 
 namespace tinyllm::testing {
@@ -29,6 +31,8 @@ INSTANTIATE_TEST_SUITE_P(Mpi, CommContract, ::testing::ValuesIn(contract_cases(B
                          contract_case_name);
 INSTANTIATE_TEST_SUITE_P(Mpi, CommWorld, ::testing::Values(ContractCase{Backend::Mpi, launched_world(), 0}),
                          contract_case_name);
+INSTANTIATE_TEST_SUITE_P(Mpi, GptEquality, ::testing::ValuesIn(gpt_cases(Backend::Mpi, {launched_world()})),
+                         gpt_case_name);
 
 }  // namespace
 }  // namespace tinyllm::testing
