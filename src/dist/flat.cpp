@@ -125,16 +125,18 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
   }
   for (int q = 1; q < p; ++q) {
     if (field(q, 1) != field(0, 1)) {
-      fail(fmt::format("ranks disagree on the stage: rank {} asked for {}, rank 0 for {}", q, field(q, 1), field(0, 1)));
+      fail(
+          fmt::format("ranks disagree on the stage: rank {} asked for {}, rank 0 for {}", q, field(q, 1), field(0, 1)));
     }
     if (field(q, 2) != field(0, 2) || field(q, 3) != field(0, 3)) {
       fail(fmt::format("ranks disagree on the parameters: rank {} has {} tensors of {} values, rank 0 has {} of {}", q,
                        field(q, 2), field(q, 3), field(0, 2), field(0, 3)));
     }
     if (field(q, 4) != field(0, 4) || field(q, 5) != field(0, 5)) {
-      fail(fmt::format("ranks disagree on the parameter shapes: rank {}'s {} tensors of {} values are shaped unlike "
-                       "rank 0's",
-                       q, field(q, 2), field(q, 3)));
+      fail(
+          fmt::format("ranks disagree on the parameter shapes: rank {}'s {} tensors of {} values are shaped unlike "
+                      "rank 0's",
+                      q, field(q, 2), field(q, 3)));
     }
   }
 }

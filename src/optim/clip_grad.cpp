@@ -9,7 +9,8 @@
 namespace tinyllm::optim {
 
 double clip_coefficient(double total_norm, double max_norm) {
-  if (!(max_norm > 0)) throw std::invalid_argument(fmt::format("clip_grad_norm: max_norm must be > 0 (got {})", max_norm));
+  if (!(max_norm > 0))
+    throw std::invalid_argument(fmt::format("clip_grad_norm: max_norm must be > 0 (got {})", max_norm));
   // PyTorch adds 1e-6 so that a zero gradient gives a finite factor.
   return std::min(1.0, max_norm / (total_norm + 1e-6));
 }

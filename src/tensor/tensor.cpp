@@ -72,10 +72,10 @@ std::size_t Tensor::size(int dim) const {
 std::span<double> Tensor::data() const {
   const TensorImpl& self = impl();
   if (self.data.size() != self.numel) {
-    throw std::invalid_argument(fmt::format(
-        "Tensor: the values of this {} tensor are released (a ZeRO stage-3 parameter between steps: call "
-        "ZeroOptimizer::gather() before using it)",
-        to_string(self.shape)));
+    throw std::invalid_argument(
+        fmt::format("Tensor: the values of this {} tensor are released (a ZeRO stage-3 parameter between steps: call "
+                    "ZeroOptimizer::gather() before using it)",
+                    to_string(self.shape)));
   }
   return self.data.span();
 }

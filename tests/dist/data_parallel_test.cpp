@@ -2,9 +2,8 @@
 // stage, each equal to one process to 1e-10 with the same bits on every
 // rank: gradient accumulation that sends nothing until the step, global-norm
 // clipping across shards, and parameters that get no gradient.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 
@@ -55,7 +54,8 @@ TEST_P(DataParallelTest, AccumulatedMicroBatchesMatchOneProcess) {
 
 TEST_P(DataParallelTest, ClippedStepsMatchOneProcess) {
   // A limit well below the gradient's norm, so every step clips.
-  expect_matches_one_process(GetParam(), {.make_optimizer = adamw_with_decay(), .steps = 3, .clip = 0.05}, {1, 2, 3, 4});
+  expect_matches_one_process(GetParam(), {.make_optimizer = adamw_with_decay(), .steps = 3, .clip = 0.05},
+                             {1, 2, 3, 4});
   expect_matches_one_process(
       GetParam(),
       {.make_optimizer = optim::SGD::factory({.lr = 0.1, .momentum = 0.9}), .steps = 3, .accum = 2, .clip = 0.05},

@@ -1,11 +1,12 @@
 // DDP: the seed's two tests under their names, on threads and processes,
 // then what DDP itself promises: bit-identical averaged gradients, rank 0's
 // weights from the constructor on, clear errors for disagreeing ranks.
+#include "tinyllm/dist/ddp.h"
+
 #include <gtest/gtest.h>
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
-#include "tinyllm/dist/ddp.h"
 #include "tinyllm/optim/sgd.h"
 #include "zero_testing.h"
 

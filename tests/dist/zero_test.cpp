@@ -2,15 +2,15 @@
 // threads and ranks that are processes, then ZeroOptimizer's own behaviour:
 // what ranks must agree on, clipping, accumulation, stage 3's released
 // parameters, chunks that are empty.
-#include <gtest/gtest.h>
+#include "tinyllm/dist/zero.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
-#include "tinyllm/dist/zero.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/sgd.h"
 #include "zero_testing.h"

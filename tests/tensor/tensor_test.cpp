@@ -127,4 +127,3 @@ TEST(TensorTest, ReleasedValuesAreRefusedByEveryReader) {
 
 }  // namespace
 }  // namespace tinyllm
-

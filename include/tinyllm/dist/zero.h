@@ -104,8 +104,8 @@ class ZeroOptimizer {
   std::size_t a_ = 0, b_ = 0;
   Tensor master_chunk_;  // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
-  bool reduced_ = false;   // this step's gradients are already in master_chunk_'s grad
-  bool gathered_ = true;   // the parameters hold their values (always, below stage 3)
+  bool reduced_ = false;  // this step's gradients are already in master_chunk_'s grad
+  bool gathered_ = true;  // the parameters hold their values (always, below stage 3)
 };
 
 }  // namespace tinyllm::dist
