@@ -11,13 +11,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "../tensor/target_clones.h"
 #include "tinyllm/tensor/check.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TINYLLM_ADAMW_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define TINYLLM_ADAMW_CLONES
-#endif
 
 namespace tinyllm::optim {
 
@@ -73,8 +68,8 @@ struct StepConstants {
 // chosen at load time. Neither clone has FMA, so both give the same bits,
 // and every rank of a mixed cluster the same update.
 template <bool kLerpFromEnd>
-TINYLLM_ADAMW_CLONES void adamw_update(double* __restrict p, const double* __restrict g, double* __restrict m,
-                                       double* __restrict v, std::size_t n, StepConstants k) {
+TINYLLM_CLONES void adamw_update(double* __restrict p, const double* __restrict g, double* __restrict m,
+                                 double* __restrict v, std::size_t n, StepConstants k) {
   for (std::size_t j = 0; j < n; ++j) {
     const double gj = g[j];
     const double diff = gj - m[j];

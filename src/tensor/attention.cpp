@@ -30,7 +30,7 @@ namespace {
 // so exp never overflows. The exps are a loop of their own so that it
 // vectorises; the sum stays a running sum in index order, as cheap as any
 // (T is small) and without the last-bit changes of a reordered one.
-TINYLLM_VEC_CLONES void causal_softmax(double* s, std::size_t T) {
+TINYLLM_CLONES void causal_softmax(double* s, std::size_t T) {
   for (std::size_t t = 0; t < T; ++t) {
     double* row = s + t * T;
     const double max = *std::max_element(row, row + t + 1);

@@ -200,7 +200,7 @@ constexpr double kGeluK = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;  // �
 // (see vec_math.h); both clones vectorise, since vexp is inline arithmetic.
 // y = x / (1 + exp(−2u)) and, with kSaveS, s = 1 / (1 + exp(−2u)).
 template <bool kSaveS>
-TINYLLM_VEC_CLONES void gelu_forward(const double* __restrict x, double* __restrict y, double* __restrict s,
+TINYLLM_CLONES void gelu_forward(const double* __restrict x, double* __restrict y, double* __restrict s,
                                      std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const double v = x[i];
@@ -210,7 +210,7 @@ TINYLLM_VEC_CLONES void gelu_forward(const double* __restrict x, double* __restr
   }
 }
 
-TINYLLM_VEC_CLONES void gelu_backward(const double* __restrict x, const double* __restrict s,
+TINYLLM_CLONES void gelu_backward(const double* __restrict x, const double* __restrict s,
                                       const double* __restrict dy, double* __restrict dx, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const double v = x[i];
@@ -246,12 +246,12 @@ namespace {
 // e[v] = exp(row[v] − shift). Apart from the sum that follows it, so that it
 // vectorises: a running sum in the same loop would hold it to one element at
 // a time, and summing in a new order would change the loss's last bits.
-TINYLLM_VEC_CLONES void exp_shifted(const double* __restrict row, double shift, double* __restrict e, std::size_t n) {
+TINYLLM_CLONES void exp_shifted(const double* __restrict row, double shift, double* __restrict e, std::size_t n) {
   for (std::size_t v = 0; v < n; ++v) e[v] = vexp(row[v] - shift);
 }
 
 // drow[v] += exp(row[v] − shift) · scale
-TINYLLM_VEC_CLONES void add_exp_shifted(const double* __restrict row, double shift, double scale,
+TINYLLM_CLONES void add_exp_shifted(const double* __restrict row, double shift, double scale,
                                         double* __restrict drow, std::size_t n) {
   for (std::size_t v = 0; v < n; ++v) drow[v] += vexp(row[v] - shift) * scale;
 }

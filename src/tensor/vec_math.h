@@ -12,14 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-// Loops that call vexp are also built as an AVX2 clone, chosen at load time,
-// as AdamW's update is. Neither clone has FMA, so both give the same bits,
-// and every x86-64 machine the same result for the same input.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TINYLLM_VEC_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define TINYLLM_VEC_CLONES
-#endif
+#include "target_clones.h"  // loops that call vexp are built as AVX2 clones too, as AdamW's update is
 
 namespace tinyllm::detail {
 

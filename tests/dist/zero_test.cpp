@@ -7,10 +7,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
+#include "tinyllm/dist/procs_comm.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/sgd.h"
 #include "zero_testing.h"
@@ -195,8 +197,10 @@ TEST_P(ZeroSeedTest, ZeroRejectsBadStage) {
 
 // ---- Beyond the catalog.
 
-TEST(ZeroOptimizerTest, RanksThatDisagreeAreNamedOnEveryRank) {
-  run_ranks(Backend::Threads, 3, [](Comm& comm) {
+class ZeroOptimizerRanksTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(ZeroOptimizerRanksTest, RanksThatDisagreeAreNamedOnEveryRank) {
+  run_ranks(GetParam(), 3, [](Comm& comm) {
     const bool odd = comm.rank() == 2;
     // A different number of values.
     TinyNet wide(1, 5, odd ? 6 : 4, 4);
@@ -216,8 +220,8 @@ TEST(ZeroOptimizerTest, RanksThatDisagreeAreNamedOnEveryRank) {
   });
 }
 
-TEST(ZeroOptimizerTest, StepWithoutGradientsNamesTheRank) {
-  run_ranks(Backend::Procs, 3, [](Comm& comm) {
+TEST_P(ZeroOptimizerRanksTest, StepWithoutGradientsNamesTheRank) {
+  run_ranks(GetParam(), 3, [](Comm& comm) {
     TinyNet net(1);
     ZeroOptimizer zo(adamw_with_decay(), net.parameters(), comm, 2);
     if (comm.rank() != 1) tiny_loss(net, 0, 0, 4).backward();
@@ -228,6 +232,23 @@ TEST(ZeroOptimizerTest, StepWithoutGradientsNamesTheRank) {
     EXPECT_THROW_WITH(zo.step(), std::invalid_argument, "rank(s) 0, 1, 2 have no gradients");
   });
 }
+
+// A bad stage on one rank alone throws there before any collective; the
+// others, already waiting in the agreement check, fail at once instead of
+// hanging until the timeout.
+TEST_P(ZeroOptimizerRanksTest, ABadStageOnOneRankStopsTheOthers) {
+  const auto body = [](Comm& comm) {
+    TinyNet net(1);
+    ZeroOptimizer zo(adamw_with_decay(), net.parameters(), comm, comm.rank() == 1 ? 4 : 2);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW_WITH(GetParam() == Backend::Threads ? dist::run_threads(3, body) : dist::run_procs(3, body),
+                    std::invalid_argument, "rank 1: ZeroOptimizer: stage must be 1, 2 or 3 (got 4)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, ZeroOptimizerRanksTest, ::testing::Values(Backend::Threads));
+INSTANTIATE_TEST_SUITE_P(Procs, ZeroOptimizerRanksTest, ::testing::Values(Backend::Procs));
 
 TEST(ZeroOptimizerTest, ForwardOnReleasedParametersAsksForGather) {
   run_ranks(Backend::Threads, 2, [](Comm& comm) {
