@@ -5,10 +5,8 @@
 // MPI_Reduce_scatter_block and MPI_Allgather, as the peer.
 //
 // A plain program, not Google Benchmark: every rank must run exactly the
-// same number of iterations, which an adaptive loop per process cannot
-// promise. Each timing is rank 0's wall time from a barrier to a barrier
-// after `iters` back-to-back calls, so it includes the slowest rank; the
-// best of three such runs is reported, for every backend alike.
+// same number of iterations (timing.h says how each call is timed, for
+// every backend alike).
 //
 // Bus bandwidth as nccl-tests define it, from the full buffer's bytes S and
 // time t: all_reduce S/t · 2(p−1)/p; reduce_scatter and all_gather
@@ -26,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "timing.h"
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/procs_comm.h"
 #ifdef TINYLLM_WITH_MPI
@@ -39,6 +38,7 @@ namespace {
 using tinyllm::dist::chunk_bounds;
 using tinyllm::dist::Comm;
 using tinyllm::dist::ReduceOp;
+using tinyllm::bench::seconds_per_call;
 
 const std::vector<std::string> kOps = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
 std::vector<std::size_t> kSizes = {std::size_t{8} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
@@ -50,22 +50,6 @@ double bus_factor(const std::string& op, int p) {
   if (op == "all_reduce") return 2.0 * (p - 1) / p;
   if (op == "broadcast") return 1.0;
   return static_cast<double>(p - 1) / p;
-}
-
-// Seconds per call of `call`, on rank 0, from barrier to barrier: the best
-// of three timed runs, since the machine is shared.
-double seconds_per_call(int iters, const std::function<void()>& barrier, const std::function<void()>& call) {
-  call();
-  call();
-  double best = 1e300;
-  for (int run = 0; run < 3; ++run) {
-    barrier();
-    const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < iters; ++k) call();
-    barrier();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters);
-  }
-  return best;
 }
 
 // Runs every (op, size) on one rank of `comm`, calling report(op, bytes, s) on rank 0.
