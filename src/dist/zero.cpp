@@ -41,9 +41,11 @@ void ZeroOptimizer::gather() {
 
 void ZeroOptimizer::step() {
   reduce_grads();  // 1 and 2
-  inner_->step();  // 3: the unchanged optimizer, on w[a, b) and its averaged gradient
+  inner_->step();  // 3. The unchanged optimizer, on w[a, b) and its averaged gradient.
+  // 4. Stages 1 and 2 all-gather the updated chunks into the parameters;
+  // stage 3 keeps only its chunk until gather().
   if (stage_ < 3) {
-    all_gather_params();  // 4
+    all_gather_params();
   } else {
     release_params();
   }
