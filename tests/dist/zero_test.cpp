@@ -233,6 +233,18 @@ TEST_P(ZeroOptimizerRanksTest, StepWithoutGradientsNamesTheRank) {
   });
 }
 
+TEST(ZeroOptimizerTest, RejectsUndefinedAndRepeatedParameters) {
+  run_ranks(Backend::Threads, 2, [](Comm& comm) {
+    Tensor w = hand_w();
+    EXPECT_THROW_WITH(ZeroOptimizer(adamw_with_decay(), {Tensor(), w}, comm, 1), std::invalid_argument,
+                      "ZeroOptimizer: parameter 0 must be defined (got an undefined tensor)");
+    EXPECT_THROW_WITH(ZeroOptimizer(adamw_with_decay(), {w, Tensor()}, comm, 1), std::invalid_argument,
+                      "parameter 1 must be defined");
+    EXPECT_THROW_WITH(ZeroOptimizer(adamw_with_decay(), {w, hand_w(), w}, comm, 1), std::invalid_argument,
+                      "ZeroOptimizer: parameter 2 must appear once (got the same tensor as parameter 0)");
+  });
+}
+
 // A bad stage on one rank alone throws there before any collective; the
 // others, already waiting in the agreement check, fail at once instead of
 // hanging until the timeout.
