@@ -11,7 +11,7 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm) : module_(std::move(mode
   if (!module_) throw std::invalid_argument("DDP: model must not be null");
   register_module("module", module_);
   params_ = module_->parameters();
-  check_same_parameters(comm_, params_, "DDP");
+  check_same_parameters(comm_, params_, "DDP", /*stage=*/0);
   broadcast_params(comm_, params_);
 }
 

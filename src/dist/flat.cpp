@@ -51,6 +51,8 @@ std::string list_problem(const std::vector<Tensor>& params) {
   return {};
 }
 
+std::string mode_name(double stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO stage {}", stage); }
+
 }  // namespace
 
 std::size_t flat_length(const std::vector<Tensor>& params) {
@@ -98,15 +100,15 @@ void broadcast_params(Comm& comm, const std::vector<Tensor>& params) {
   unflatten_data(flat.span(), params);
 }
 
-void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int setting) {
-  // Rank by rank: its own problem (1 or 0), the setting, the tensor count,
+void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int stage) {
+  // Rank by rank: its own problem (1 or 0), the stage, the tensor count,
   // n, and the shapes' hash in two exact 32-bit halves.
   constexpr std::size_t kFields = 6;
   const std::string own_problem = list_problem(params);
   const bool listed = own_problem.empty();
   const std::uint64_t hash = listed ? shapes_hash(params) : 0;
   const double mine[kFields] = {listed ? 0.0 : 1.0,
-                                static_cast<double>(setting),
+                                static_cast<double>(stage),
                                 static_cast<double>(params.size()),
                                 listed ? static_cast<double>(flat_length(params)) : 0.0,
                                 static_cast<double>(hash >> 32),
@@ -125,8 +127,8 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
   }
   for (int q = 1; q < p; ++q) {
     if (field(q, 1) != field(0, 1)) {
-      fail(
-          fmt::format("ranks disagree on the stage: rank {} asked for {}, rank 0 for {}", q, field(q, 1), field(0, 1)));
+      fail(fmt::format("ranks disagree on the stage: rank {} runs {}, rank 0 {}", q, mode_name(field(q, 1)),
+                       mode_name(field(0, 1))));
     }
     if (field(q, 2) != field(0, 2) || field(q, 3) != field(0, 3)) {
       fail(fmt::format("ranks disagree on the parameters: rank {} has {} tensors of {} values, rank 0 has {} of {}", q,

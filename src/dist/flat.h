@@ -29,9 +29,10 @@ void broadcast_params(Comm& comm, const std::vector<Tensor>& params);
 
 // Throws std::invalid_argument on every rank, prefixed by `who`, when the
 // list is empty, holds an undefined tensor or one tensor twice, or when the
-// ranks disagree on the number of parameters, their shapes or `setting` (a
-// ZeRO stage). One small all_gather, before any collective of length n.
-void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int setting = 0);
+// ranks disagree on the number of parameters, their shapes or `stage` (the
+// ZeRO stage, 0 for DDP). One small all_gather, before any collective of
+// length n.
+void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int stage);
 
 // Throws std::invalid_argument on every rank, naming the ranks, when some
 // rank brings no gradient at all to a reduction (backward() never ran).

@@ -25,7 +25,6 @@ namespace {
 constexpr std::size_t kPage = 4096;
 constexpr int kSpins = 100;
 constexpr auto kYieldFor = std::chrono::microseconds(1000);
-constexpr auto kNap = std::chrono::milliseconds(50);  // futex sleeps re-check the deadline this often
 
 std::size_t round_up(std::size_t bytes, std::size_t to) { return (bytes + to - 1) / to * to; }
 
@@ -130,7 +129,10 @@ void ShmGroup::wait_until(Done done, int r, std::chrono::milliseconds timeout, c
       throw CommError(message);
     }
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    futex_wait(epoch_, epoch, std::min<std::chrono::nanoseconds>(deadline - now, kNap));
+    // Every change a waiter can wait for (an arrival, a failure) wakes it
+    // (wake_all), so it sleeps until the deadline: a lost wake-up would show
+    // as a timeout, not hide as a delay.
+    futex_wait(epoch_, epoch, deadline - now);
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
 }

@@ -7,6 +7,7 @@
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
+#include "tinyllm/dist/zero.h"
 #include "tinyllm/optim/sgd.h"
 #include "zero_testing.h"
 
@@ -98,6 +99,21 @@ TEST(DdpTest, RanksWithDifferentModelsFailOnEveryRank) {
     auto net = comm.rank() == 2 ? std::make_shared<TinyNet>(1, 5, 6, 4) : std::make_shared<TinyNet>(1);
     EXPECT_THROW_WITH(DDP(net, comm), std::invalid_argument,
                       "ranks disagree on the parameters: rank 2 has 4 tensors of 64 values, rank 0 has 4 of 44");
+  });
+}
+
+// Stage 0 is DDP: a rank that wraps its model in DDP while another builds a
+// ZeroOptimizer is refused before their collectives cross.
+TEST(DdpTest, DdpOnOneRankAndZeroOnAnotherFailOnEveryRank) {
+  dist::run_threads(2, [](Comm& comm) {
+    auto net = std::make_shared<TinyNet>(1);
+    const char* const expected = "ranks disagree on the stage: rank 1 runs ZeRO stage 1, rank 0 DDP";
+    if (comm.rank() == 0) {
+      EXPECT_THROW_WITH(DDP(net, comm), std::invalid_argument, expected);
+    } else {
+      EXPECT_THROW_WITH(dist::ZeroOptimizer(optim::SGD::factory({.lr = 0.1}), net->parameters(), comm, 1),
+                        std::invalid_argument, expected);
+    }
   });
 }
 

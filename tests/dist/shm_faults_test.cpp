@@ -67,6 +67,24 @@ TEST_P(ShmFaults, AFailedCollectiveRefusesTheNextOne) {
   EXPECT_THROW_WITH(run_ranks(backend, p, body), std::runtime_error, "rank 0: gone");
 }
 
+// The failure travels in a fixed buffer in shared memory: a longer message
+// is cut to fit it, terminator included, and the rest of it is lost.
+TEST_P(ShmFaults, AMessageLongerThanTheFailureBufferIsCutToFit) {
+  const auto [backend, p, n] = GetParam();
+  constexpr std::size_t kKept = 2047;
+  auto body = [&](Comm& comm) {
+    if (comm.rank() == 1) throw std::runtime_error(std::string(kKept, 'x') + std::string(3000, 'y'));
+    std::vector<double> buf(3, 1.0);
+    comm.all_reduce(buf, ReduceOp::Sum);
+  };
+  try {
+    run_ranks(backend, p, body);
+    ADD_FAILURE() << "no rank failed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 1: " + std::string(kKept, 'x'));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shm, ShmFaults,
                          ::testing::Values(ContractCase{Backend::Threads, 2, 0}, ContractCase{Backend::Threads, 4, 0},
                                            ContractCase{Backend::Procs, 2, 0}, ContractCase{Backend::Procs, 4, 0}),
