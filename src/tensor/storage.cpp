@@ -102,8 +102,16 @@ Storage::Storage(std::size_t size) : size_(size) {
   }
 }
 
+Storage Storage::view(std::span<double> memory) {
+  Storage s;
+  s.data_ = memory.data();
+  s.size_ = memory.size();
+  s.owned_ = false;
+  return s;
+}
+
 Storage::~Storage() {
-  if (data_ == nullptr) return;
+  if (data_ == nullptr || !owned_) return;
   const std::size_t bytes = size_ * sizeof(double);
   if (bytes >= kCachedFrom) {
     cache().give(data_, bytes);
@@ -113,13 +121,16 @@ Storage::~Storage() {
 }
 
 Storage::Storage(Storage&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owned_(std::exchange(other.owned_, true)) {}
 
 Storage& Storage::operator=(Storage&& other) noexcept {
   if (this != &other) {
     Storage dying(std::move(*this));
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    owned_ = std::exchange(other.owned_, true);
   }
   return *this;
 }

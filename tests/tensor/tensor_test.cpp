@@ -2,6 +2,10 @@
 #include <tinyllm/tensor/storage.h>
 #include <tinyllm/tensor/tensor.h>
 
+#include <span>
+#include <utility>
+#include <vector>
+
 #include "support/expect_throw.h"
 
 namespace tinyllm {
@@ -71,6 +75,47 @@ TEST(TensorTest, BackwardOnALeafAccumulatesTheSeed) {
   w.backward(Tensor::from({10, 20}, {2}));
   EXPECT_EQ(w.to_vector(), (std::vector<double>{0, 0}));
   EXPECT_EQ(std::vector<double>(w.grad().begin(), w.grad().end()), (std::vector<double>{11, 22}));
+}
+
+// A view lends memory that something else owns: neither it nor a storage
+// it is moved into frees it (a free here would crash or be reported by ASan).
+TEST(StorageTest, AViewNeverFreesTheMemoryItShows) {
+  Storage owner(1 << 14);
+  owner.data()[5] = 2.5;
+  {
+    Storage view = Storage::view(owner.span().subspan(4, 8));
+    EXPECT_TRUE(view.is_view());
+    EXPECT_EQ(view.data(), owner.data() + 4);
+    EXPECT_EQ(view.size(), 8u);
+    Storage moved(std::move(view));
+    EXPECT_TRUE(moved.is_view());
+    Storage assigned(3);
+    assigned = std::move(moved);
+    EXPECT_TRUE(assigned.is_view());
+    EXPECT_EQ(assigned.data()[1], 2.5);
+  }
+  EXPECT_FALSE(owner.is_view());
+  EXPECT_EQ(owner.data()[5], 2.5);
+}
+
+// DDP and ZeRO give each parameter a grad home in their flat vector:
+// backward then adds straight into it, starting from zeros, and
+// zero_grad() drops the grad but not the home.
+TEST(TensorTest, AGradHomeReceivesTheGradStartingFromZeros) {
+  std::vector<double> flat{7, 7, 7, 7};
+  Tensor w = Tensor::from({1, 2}, {2}, true);
+  w.impl().grad_home = std::span<double>(flat).subspan(1, 2);
+  for (int round = 0; round < 2; ++round) {
+    (w * w).sum().backward();
+    ASSERT_EQ(w.grad().data(), flat.data() + 1);
+    EXPECT_EQ(flat, (std::vector<double>{7, 2, 4, 7}));
+    w.zero_grad();
+    EXPECT_TRUE(w.grad().empty());
+  }
+  w.impl().grad_home = {};
+  (w * w).sum().backward();
+  EXPECT_NE(w.grad().data(), flat.data() + 1);
+  EXPECT_EQ(std::vector<double>(w.grad().begin(), w.grad().end()), (std::vector<double>{2, 4}));
 }
 
 TEST(StorageTest, LargeBlocksAreReusedFromTheCache) {

@@ -1,4 +1,5 @@
-// Storage: one float64 buffer, uninitialised, owned by one tensor.
+// Storage: one float64 buffer, uninitialised, owned by one tensor, or a
+// view of memory that something else owns (Storage::view).
 //
 // Fresh pages cost ~11 µs each to touch here, so large buffers come from a
 // cache keyed by exact length: a training step asks for the same lengths
@@ -16,6 +17,9 @@ class Storage {
  public:
   Storage() = default;
   explicit Storage(std::size_t size);  // values are not initialised
+  // Memory owned elsewhere (DDP's and ZeRO's flat vectors), never freed here:
+  // its owner must outlive the view or take it back first.
+  static Storage view(std::span<double> memory);
   ~Storage();
   Storage(Storage&& other) noexcept;
   Storage& operator=(Storage&& other) noexcept;
@@ -26,10 +30,12 @@ class Storage {
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   std::span<double> span() const { return {data_, size_}; }
+  bool is_view() const { return !owned_; }
 
  private:
   double* data_ = nullptr;
   std::size_t size_ = 0;
+  bool owned_ = true;
 };
 
 // Returns every cached block to the system; the bytes it freed.

@@ -28,6 +28,9 @@ struct TensorImpl {
   std::size_t numel = 0;
   Storage data;  // empty while released (numel > 0): see Tensor::data()
   Storage grad;  // empty until a backward reaches this tensor
+  // Where a new grad is placed: a segment of DDP's or ZeRO's flat gradient
+  // vector, so that backward adds straight into it; empty: a fresh buffer.
+  std::span<double> grad_home;
   bool requires_grad = false;
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
 };
@@ -54,7 +57,8 @@ class Tensor {
   std::span<double> data() const;
   // Empty until a backward reaches this tensor, and again after zero_grad().
   std::span<double> grad() const;
-  // The grad buffer, allocated as zeros if absent: what backward functions add into.
+  // The grad buffer, zeros if it was absent (in impl().grad_home where one is
+  // set, else fresh): what backward functions add into.
   std::span<double> mutable_grad() const;
   // Drops the grad buffer (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad() const;
