@@ -3,7 +3,6 @@
 #include <stdexcept>
 
 #include "flat.h"
-#include "tinyllm/tensor/storage.h"
 
 namespace tinyllm::dist {
 
@@ -13,14 +12,14 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm) : module_(std::move(mode
   params_ = module_->parameters();
   check_same_parameters(comm_, params_, "DDP", /*stage=*/0);
   broadcast_params(comm_, params_);
+  grads_ = std::make_unique<FlatGrads>(params_);
 }
+
+DDP::~DDP() = default;
 
 void DDP::sync_grads() {
   check_every_rank_has_grads(comm_, params_, "DDP::sync_grads");
-  Storage bucket(flat_length(params_));
-  flatten_grads(params_, bucket.span());
-  comm_.all_reduce(bucket.span(), ReduceOp::Mean);
-  unflatten_grads(bucket.span(), params_);
+  comm_.all_reduce(grads_->adopt(), ReduceOp::Mean);
 }
 
 }  // namespace tinyllm::dist

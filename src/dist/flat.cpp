@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "tinyllm/tensor/storage.h"
 
@@ -51,6 +53,20 @@ std::string list_problem(const std::vector<Tensor>& params) {
   return {};
 }
 
+// Whether part lies inside whole's memory.
+bool lies_in(std::span<const double> part, const Storage& whole) {
+  const std::less<const double*> before;
+  return !part.empty() && !before(part.data(), whole.data()) && before(part.data(), whole.data() + whole.size());
+}
+
+// A view into whole becomes a buffer of its own, with the same values.
+void own_copy(Storage& s, const Storage& whole) {
+  if (!s.is_view() || !lies_in(s.span(), whole)) return;
+  Storage own(s.size());
+  std::copy(s.span().begin(), s.span().end(), own.data());
+  s = std::move(own);
+}
+
 std::string mode_name(double stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO stage {}", stage); }
 
 }  // namespace
@@ -73,13 +89,6 @@ void flatten_grads(const std::vector<Tensor>& params, std::span<double> flat) {
   });
 }
 
-void unflatten_grads(std::span<const double> flat, const std::vector<Tensor>& params) {
-  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
-    const std::span<const double> segment = flat.subspan(offset, p.numel());
-    std::copy(segment.begin(), segment.end(), p.mutable_grad().begin());
-  });
-}
-
 void flatten_data(const std::vector<Tensor>& params, std::span<double> flat) {
   for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
     std::copy(p.data().begin(), p.data().end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
@@ -90,6 +99,68 @@ void unflatten_data(std::span<const double> flat, const std::vector<Tensor>& par
   for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
     const std::span<const double> segment = flat.subspan(offset, p.numel());
     std::copy(segment.begin(), segment.end(), p.data().begin());
+  });
+}
+
+FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)), flat_(flat_length(params_)) {
+  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
+    p.impl().grad_home = flat_.span().subspan(offset, p.numel());
+  });
+}
+
+FlatGrads::~FlatGrads() {
+  for (const Tensor& p : params_) {
+    TensorImpl& impl = p.impl();
+    if (lies_in(impl.grad_home, flat_)) impl.grad_home = {};
+    own_copy(impl.grad, flat_);
+  }
+}
+
+std::span<double> FlatGrads::adopt() {
+  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
+    const std::span<double> segment = flat_.span().subspan(offset, p.numel());
+    Storage& grad = p.impl().grad;
+    if (grad.data() == segment.data()) return;
+    if (grad.empty()) {
+      std::fill(segment.begin(), segment.end(), 0.0);
+    } else {
+      std::copy(grad.span().begin(), grad.span().end(), segment.begin());
+    }
+    grad = Storage::view(segment);
+  });
+  return flat_.span();
+}
+
+std::size_t FlatGrads::held() const {
+  std::size_t n = flat_.size();
+  for (const Tensor& p : params_) {
+    if (!lies_in(p.grad(), flat_)) n += p.grad().size();
+  }
+  return n;
+}
+
+FlatParams::FlatParams(std::vector<Tensor> params) : params_(std::move(params)), flat_(flat_length(params_)) {
+  flatten_data(params_, flat_.span());
+  view_values();
+}
+
+FlatParams::~FlatParams() {
+  for (const Tensor& p : params_) own_copy(p.impl().data, flat_);
+}
+
+void FlatParams::release() {
+  for (const Tensor& p : params_) p.impl().data = Storage();
+  flat_ = Storage();
+}
+
+void FlatParams::allocate() {
+  flat_ = Storage(flat_length(params_));
+  view_values();
+}
+
+void FlatParams::view_values() {
+  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
+    p.impl().data = Storage::view(flat_.span().subspan(offset, p.numel()));
   });
 }
 

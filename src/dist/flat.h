@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tinyllm/dist/comm.h"
+#include "tinyllm/tensor/storage.h"
 #include "tinyllm/tensor/tensor.h"
 
 namespace tinyllm::dist {
@@ -19,10 +20,58 @@ std::size_t flat_length(const std::vector<Tensor>& params);  // n
 
 // A parameter without a grad contributes zeros: it counts as a zero gradient.
 void flatten_grads(const std::vector<Tensor>& params, std::span<double> flat);
-// Every parameter gets a grad (allocated where it had none).
-void unflatten_grads(std::span<const double> flat, const std::vector<Tensor>& params);
 void flatten_data(const std::vector<Tensor>& params, std::span<double> flat);
 void unflatten_data(std::span<const double> flat, const std::vector<Tensor>& params);
+
+// The gradients as one flat vector, each .grad a view of its segment
+// (PyTorch DDP's gradient_as_bucket_view): backward adds straight into the
+// vector, and the all_reduce runs on it in place, with no copy in or out.
+class FlatGrads {
+ public:
+  // Points each parameter's grad_home at its segment. Grads that exist
+  // already stay where they are until adopt().
+  explicit FlatGrads(std::vector<Tensor> params);
+  // Grads still viewing the vector become the tensors' own copies.
+  ~FlatGrads();
+  FlatGrads(const FlatGrads&) = delete;
+  FlatGrads& operator=(const FlatGrads&) = delete;
+
+  // Every .grad becomes a view of its segment: one held elsewhere is copied
+  // in, a missing one becomes zeros. Returns the vector.
+  std::span<double> adopt();
+  // Values held: the vector, and any grad outside it.
+  std::size_t held() const;
+
+ private:
+  std::vector<Tensor> params_;
+  Storage flat_;
+};
+
+// The parameters' values as one flat vector, each tensor's data a view of
+// its segment (FSDP's flat parameter): an all_gather writes straight into
+// the parameters. ZeRO stage 3 releases the vector between steps.
+class FlatParams {
+ public:
+  // Copies the values into the vector and makes them views of it.
+  explicit FlatParams(std::vector<Tensor> params);
+  // Values still viewing the vector become the tensors' own copies.
+  ~FlatParams();
+  FlatParams(const FlatParams&) = delete;
+  FlatParams& operator=(const FlatParams&) = delete;
+
+  std::span<double> span() const { return flat_.span(); }  // empty while released
+  // The vector goes back to the storage cache; the tensors hold no values.
+  void release();
+  // Takes the vector again, its values unset (for an all_gather to fill),
+  // and makes the tensors views of it.
+  void allocate();
+
+ private:
+  void view_values();
+
+  std::vector<Tensor> params_;
+  Storage flat_;
+};
 
 // Every rank's parameters become rank 0's, in one broadcast of the flat vector.
 void broadcast_params(Comm& comm, const std::vector<Tensor>& params);

@@ -20,21 +20,24 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   }
   if (!make_inner) throw std::invalid_argument("ZeroOptimizer: the optimizer factory must not be empty");
   check_same_parameters(comm_, params_, "ZeroOptimizer", stage_);
-  broadcast_params(comm_, params_);
+  values_ = std::make_unique<FlatParams>(params_);
+  comm_.broadcast(values_->span(), 0);  // the replicas start equal, as under DDP
+  if (stage_ == 1) grads_ = std::make_unique<FlatGrads>(params_);
 
   n_ = flat_length(params_);
   std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
-  Storage flat(n_);
-  flatten_data(params_, flat.span());
+  const std::span<const double> w = values_->span();
   master_chunk_ = Tensor::empty({b_ - a_});
-  std::copy(flat.data() + a_, flat.data() + b_, master_chunk_.data().begin());
+  std::copy(w.begin() + a_, w.begin() + b_, master_chunk_.data().begin());
   inner_ = make_inner({master_chunk_});
   if (stage_ == 3) release_params();
 }
 
+ZeroOptimizer::~ZeroOptimizer() = default;
+
 void ZeroOptimizer::gather() {
   if (gathered_) return;
-  for (const Tensor& p : params_) p.impl().data = Storage(p.numel());
+  values_->allocate();
   all_gather_params();
   gathered_ = true;
 }
@@ -55,33 +58,32 @@ void ZeroOptimizer::step() {
 void ZeroOptimizer::reduce_grads() {
   if (reduced_) return;
   check_every_rank_has_grads(comm_, params_, "ZeroOptimizer::step");
-  // 1. Flatten .grad in parameter order (the reduce buffer is transient).
-  Storage flat_grads(n_);
-  flatten_grads(params_, flat_grads.span());
-  // 2. Average. Stage 1 keeps every averaged gradient in .grad; stages 2 and
-  // 3 receive only their chunk's and drop the full arrays.
+  // 1. The grads as one flat vector in parameter order, and 2. averaged.
+  // Stage 1 keeps every averaged gradient: its .grad arrays are views of a
+  // flat vector of its own, reduced in place. Stages 2 and 3 copy the grads
+  // into a transient vector, receive only their chunk's average and drop
+  // the full arrays.
   const std::span<double> chunk_grad = master_chunk_.mutable_grad();
   if (stage_ == 1) {
-    comm_.all_reduce(flat_grads.span(), ReduceOp::Mean);
-    unflatten_grads(flat_grads.span(), params_);
-    std::copy(flat_grads.data() + a_, flat_grads.data() + b_, chunk_grad.begin());
+    const std::span<double> flat_grads = grads_->adopt();
+    comm_.all_reduce(flat_grads, ReduceOp::Mean);
+    std::copy(flat_grads.begin() + a_, flat_grads.begin() + b_, chunk_grad.begin());
   } else {
+    Storage flat_grads(n_);
+    flatten_grads(params_, flat_grads.span());
     comm_.reduce_scatter(flat_grads.span(), chunk_grad, ReduceOp::Mean);
     for (const Tensor& p : params_) p.zero_grad();
   }
   reduced_ = true;
 }
 
-void ZeroOptimizer::all_gather_params() {
-  Storage flat(n_);
-  comm_.all_gather(master_chunk_.data(), flat.span());
-  unflatten_data(flat.span(), params_);
-}
+// Straight into the parameters, which are views of the flat vector.
+void ZeroOptimizer::all_gather_params() { comm_.all_gather(master_chunk_.data(), values_->span()); }
 
 // Stage 3 between steps: the storage goes back to the cache, where the next
 // gather() takes it up again without touching fresh pages.
 void ZeroOptimizer::release_params() {
-  for (const Tensor& p : params_) p.impl().data = Storage();
+  values_->release();
   gathered_ = false;
 }
 
@@ -111,8 +113,9 @@ MemoryBytes ZeroOptimizer::memory_bytes() const {
   std::size_t params = 0, grads = master_chunk_.grad().size();
   for (const Tensor& p : params_) {
     params += p.impl().data.size();
-    grads += p.grad().size();
+    if (!grads_) grads += p.grad().size();
   }
+  if (grads_) grads += grads_->held();
   std::size_t optimizer = inner_->state_dict().bytes() / sizeof(double);
   // In stage 3 the master chunk is the rank's share of the parameters; below
   // it, a copy kept beside the full parameters for the optimizer.

@@ -86,6 +86,39 @@ TEST(DdpTest, WrapsTheModelAsModule) {
   });
 }
 
+// Each .grad is a view of its segment of one bucket, in parameter order, so
+// backward adds straight into the bucket and sync_grads() reduces it in
+// place. A grad from before DDP is copied in; when DDP goes, the grads
+// become the parameters' own again, values unchanged.
+TEST(DdpTest, GradsLiveInOneBucketAndOutliveIt) {
+  dist::run_threads(2, [](Comm& comm) {
+    auto net = std::make_shared<TinyNet>(1);
+    const std::vector<Tensor> params = net->parameters();
+    const std::size_t rows = 4 * static_cast<std::size_t>(comm.rank());
+    tiny_loss(*net, 0, rows, 4).backward();
+    std::vector<double> averaged;
+    {
+      DDP ddp(net, comm);
+      ddp.sync_grads();
+      for (std::size_t i = 1; i < params.size(); ++i) {
+        EXPECT_EQ(params[i].grad().data(), params[i - 1].grad().data() + params[i - 1].numel()) << "parameter " << i;
+      }
+      const double* bucket = params[0].grad().data();
+      for (const Tensor& p : params) p.zero_grad();
+      tiny_loss(*net, 1, rows, 4).backward();
+      EXPECT_EQ(params[0].grad().data(), bucket) << "backward writes into the bucket";
+      ddp.sync_grads();
+      averaged = flat_grads(params);
+      expect_same_bits_on_every_rank(comm, averaged, "averaged gradient");
+    }
+    EXPECT_EQ(flat_grads(params), averaged);
+    for (const Tensor& p : params) {
+      EXPECT_FALSE(p.impl().grad.is_view());
+      EXPECT_TRUE(p.impl().grad_home.empty());
+    }
+  });
+}
+
 TEST(DdpTest, RejectsANullModelAndAModelWithoutParameters) {
   dist::run_threads(2, [](Comm& comm) {
     EXPECT_THROW_WITH(DDP(nullptr, comm), std::invalid_argument, "DDP: model must not be null");

@@ -289,6 +289,43 @@ TEST(ZeroOptimizerTest, GatherIsANoOpBelowStage3) {
   });
 }
 
+// The parameters are views of one flat vector, in order, so the all_gather
+// writes straight into them (and in stage 1 the grads are views of one
+// too). When the optimizer goes, they become the tensors' own again.
+TEST(ZeroOptimizerTest, ParametersAreViewsOfOneVectorAndOutliveIt) {
+  run_ranks(Backend::Threads, 2, [](Comm& comm) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      SCOPED_TRACE("stage " + std::to_string(stage));
+      TinyNet net(1);
+      const std::vector<Tensor> params = net.parameters();
+      std::vector<double> values, grads;
+      {
+        ZeroOptimizer zo(adamw_with_decay(), params, comm, stage);
+        zo.gather();
+        zo.zero_grad();
+        tiny_loss(net, 0, 12 * static_cast<std::size_t>(comm.rank()), 12).backward();
+        zo.step();
+        zo.gather();
+        for (std::size_t i = 1; i < params.size(); ++i) {
+          EXPECT_EQ(params[i].data().data(), params[i - 1].data().data() + params[i - 1].numel()) << "parameter " << i;
+          if (stage == 1) {
+            EXPECT_EQ(params[i].grad().data(), params[i - 1].grad().data() + params[i - 1].numel()) << "grad " << i;
+          }
+        }
+        values = flat_values(params);
+        grads = flat_grads(params);
+      }
+      EXPECT_EQ(flat_values(params), values);
+      EXPECT_EQ(flat_grads(params), grads);
+      for (const Tensor& p : params) {
+        EXPECT_FALSE(p.impl().data.is_view());
+        EXPECT_FALSE(p.impl().grad.is_view());
+        EXPECT_TRUE(p.impl().grad_home.empty());
+      }
+    }
+  });
+}
+
 // The inner optimizer's state is one process's state for this rank's
 // chunk: what a checkpoint writes at the chunk's offset.
 TEST(ZeroOptimizerTest, OptimizerStateIsTheChunkOfOneProcess) {

@@ -2,7 +2,10 @@
 // model and computes the gradient of its own slice of the batch; DDP makes
 // the replicas start equal (rank 0's parameters, broadcast at construction)
 // and averages the gradients (one flat bucket, all_reduce(Mean)), and
-// nothing else: the optimizer is the unchanged one-process optimizer.
+// nothing else: the optimizer is the unchanged one-process optimizer. The
+// bucket is the gradients' home: every .grad is a view of its segment, so
+// backward adds straight into it and the all_reduce runs on it in place
+// (PyTorch's gradient_as_bucket_view).
 // Reference: Li et al., PyTorch Distributed (VLDB 2020); seed section 2.
 //
 // A training step on each rank:
@@ -21,6 +24,8 @@
 
 namespace tinyllm::dist {
 
+class FlatGrads;
+
 class DDP : public nn::Module {
  public:
   // Collective. Broadcasts rank 0's parameters into every rank's model. The
@@ -29,6 +34,8 @@ class DDP : public nn::Module {
   // std::invalid_argument on every rank for a null model, a model without
   // parameters, or ranks whose models differ in parameter count or shapes.
   DDP(std::shared_ptr<nn::Module> model, Comm& comm);
+  // Grads still viewing the bucket become the parameters' own copies.
+  ~DDP() override;
 
   // The wrapped model (PyTorch's ddp.module), as its own type.
   template <class M = nn::Module>
@@ -55,6 +62,7 @@ class DDP : public nn::Module {
   std::shared_ptr<nn::Module> module_;
   Comm& comm_;
   std::vector<Tensor> params_;  // module_'s, in parameters() order
+  std::unique_ptr<FlatGrads> grads_;
 };
 
 }  // namespace tinyllm::dist

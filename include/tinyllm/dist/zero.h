@@ -18,9 +18,12 @@
 //   2      n           n/p         K·n/p + n/p
 //   3      n/p         n/p         K·n/p        (the chunk is the parameters)
 // The full gradients of stage 1 stay in .grad until zero_grad(), as a loop
-// that logs gradient norms wants them. Flat buffers a step borrows for its
-// collectives are transient (taken from and returned to the storage cache)
-// and not counted.
+// that logs gradient norms wants them; they are views of one flat vector,
+// which stays (backward adds straight into it), so it counts after
+// zero_grad() too. The parameters are views of one flat vector as well
+// (stage 3 releases it between steps), so the all_gather needs no copy.
+// The flat vector that stages 2 and 3 borrow for the reduce-scatter is
+// transient (taken from and returned to the storage cache) and not counted.
 //
 // A training step on each rank (the seed's):
 //   zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step();
@@ -48,6 +51,9 @@ struct MemoryBytes {
   std::size_t total() const { return params + grads + optimizer; }
 };
 
+class FlatGrads;
+class FlatParams;
+
 class ZeroOptimizer {
  public:
   // Collective. Broadcasts rank 0's parameters (replicas start equal, as
@@ -59,6 +65,8 @@ class ZeroOptimizer {
   // empty parameter list, or ranks disagreeing on the stage or on the
   // parameters' count or shapes.
   ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Tensor> params, Comm& comm, int stage);
+  // Parameters and grads still viewing its flat vectors become their own copies.
+  ~ZeroOptimizer();
 
   // Collective in stage 3: all-gathers the chunks into full parameters for
   // the forward pass (a no-op when they are already there). A no-op in
@@ -102,7 +110,9 @@ class ZeroOptimizer {
   int stage_;
   std::size_t n_ = 0;
   std::size_t a_ = 0, b_ = 0;
-  Tensor master_chunk_;  // w[a, b), the inner optimizer's one parameter
+  std::unique_ptr<FlatParams> values_;  // every parameter's values (released in stage 3 between steps)
+  std::unique_ptr<FlatGrads> grads_;    // stage 1's averaged gradients; null in stages 2 and 3
+  Tensor master_chunk_;                 // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
   bool reduced_ = false;  // this step's gradients are already in master_chunk_'s grad
   bool gathered_ = true;  // the parameters hold their values (always, below stage 3)
