@@ -4,8 +4,10 @@
 // timed beside its peer in the same run: the bare collectives on a
 // preallocated flat buffer plus, for ZeRO, AdamW's update of the chunk.
 // Both sides refill the gradients each iteration, as a backward would, so
-// the ratio is the module's own overhead: flattening, unflattening, the
-// check that every rank has gradients, allocation from the storage cache.
+// the ratio is the module's own overhead: the check that every rank has
+// gradients, the flat vectors taken from the storage cache, and any copy
+// into or out of them (none, when every grad and parameter is a view of
+// its flat vector).
 //
 //   ./build/bench/zero_bench [--worlds 2,4] [--sizes 1,8]   (sizes in Mi values)
 #include <fmt/format.h>

@@ -77,18 +77,6 @@ std::size_t flat_length(const std::vector<Tensor>& params) {
   return n;
 }
 
-void flatten_grads(const std::vector<Tensor>& params, std::span<double> flat) {
-  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
-    const std::span<double> grad = p.grad();
-    const auto out = flat.begin() + static_cast<std::ptrdiff_t>(offset);
-    if (grad.empty()) {
-      std::fill_n(out, p.numel(), 0.0);
-    } else {
-      std::copy(grad.begin(), grad.end(), out);
-    }
-  });
-}
-
 void flatten_data(const std::vector<Tensor>& params, std::span<double> flat) {
   for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
     std::copy(p.data().begin(), p.data().end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
@@ -102,11 +90,7 @@ void unflatten_data(std::span<const double> flat, const std::vector<Tensor>& par
   });
 }
 
-FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)), flat_(flat_length(params_)) {
-  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
-    p.impl().grad_home = flat_.span().subspan(offset, p.numel());
-  });
-}
+FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)) { allocate(); }
 
 FlatGrads::~FlatGrads() {
   for (const Tensor& p : params_) {
@@ -117,6 +101,7 @@ FlatGrads::~FlatGrads() {
 }
 
 std::span<double> FlatGrads::adopt() {
+  allocate();
   for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
     const std::span<double> segment = flat_.span().subspan(offset, p.numel());
     Storage& grad = p.impl().grad;
@@ -129,6 +114,23 @@ std::span<double> FlatGrads::adopt() {
     grad = Storage::view(segment);
   });
   return flat_.span();
+}
+
+void FlatGrads::release() {
+  for (const Tensor& p : params_) {
+    TensorImpl& impl = p.impl();
+    if (lies_in(impl.grad_home, flat_)) impl.grad_home = {};
+    impl.grad = Storage();
+  }
+  flat_ = Storage();
+}
+
+void FlatGrads::allocate() {
+  if (!flat_.empty()) return;
+  flat_ = Storage(flat_length(params_));
+  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
+    p.impl().grad_home = flat_.span().subspan(offset, p.numel());
+  });
 }
 
 std::size_t FlatGrads::held() const {

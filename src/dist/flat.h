@@ -1,9 +1,9 @@
 // The flat parameter vector that DDP and ZeroOptimizer share (the seed's
 // w ∈ R^n: every parameter laid end to end in parameters() order), and the
 // checks that every rank holds the same list before any large collective.
-// Every copy between the tensors and the flat vector walks the same
-// offsets, so flattening and unflattening cannot disagree on the order
-// (seed pitfall 9).
+// Every copy between the tensors and a flat vector, and every view of one,
+// walks the same offsets, so flattening and unflattening cannot disagree on
+// the order (seed pitfall 9).
 #pragma once
 
 #include <cstddef>
@@ -18,18 +18,16 @@ namespace tinyllm::dist {
 
 std::size_t flat_length(const std::vector<Tensor>& params);  // n
 
-// A parameter without a grad contributes zeros: it counts as a zero gradient.
-void flatten_grads(const std::vector<Tensor>& params, std::span<double> flat);
 void flatten_data(const std::vector<Tensor>& params, std::span<double> flat);
 void unflatten_data(std::span<const double> flat, const std::vector<Tensor>& params);
 
 // The gradients as one flat vector, each .grad a view of its segment
 // (PyTorch DDP's gradient_as_bucket_view): backward adds straight into the
-// vector, and the all_reduce runs on it in place, with no copy in or out.
+// vector, and the collective runs on it in place, with no copy in or out.
+// ZeRO stages 2 and 3 release the vector after each reduce-scatter.
 class FlatGrads {
  public:
-  // Points each parameter's grad_home at its segment. Grads that exist
-  // already stay where they are until adopt().
+  // Takes the vector (see allocate()).
   explicit FlatGrads(std::vector<Tensor> params);
   // Grads still viewing the vector become the tensors' own copies.
   ~FlatGrads();
@@ -39,6 +37,12 @@ class FlatGrads {
   // Every .grad becomes a view of its segment: one held elsewhere is copied
   // in, a missing one becomes zeros. Returns the vector.
   std::span<double> adopt();
+  // Drops every .grad and gives the vector back to the storage cache.
+  void release();
+  // Takes the vector if it was released, and points each parameter's
+  // grad_home at its segment. Grads that exist already stay where they are
+  // until adopt().
+  void allocate();
   // Values held: the vector, and any grad outside it.
   std::size_t held() const;
 

@@ -22,7 +22,7 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   check_same_parameters(comm_, params_, "ZeroOptimizer", stage_);
   values_ = std::make_unique<FlatParams>(params_);
   comm_.broadcast(values_->span(), 0);  // the replicas start equal, as under DDP
-  if (stage_ == 1) grads_ = std::make_unique<FlatGrads>(params_);
+  grads_ = std::make_unique<FlatGrads>(params_);
 
   n_ = flat_length(params_);
   std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
@@ -58,21 +58,18 @@ void ZeroOptimizer::step() {
 void ZeroOptimizer::reduce_grads() {
   if (reduced_) return;
   check_every_rank_has_grads(comm_, params_, "ZeroOptimizer::step");
-  // 1. The grads as one flat vector in parameter order, and 2. averaged.
-  // Stage 1 keeps every averaged gradient: its .grad arrays are views of a
-  // flat vector of its own, reduced in place. Stages 2 and 3 copy the grads
-  // into a transient vector, receive only their chunk's average and drop
-  // the full arrays.
+  // 1. The grads as one flat vector in parameter order: they are views of
+  // it already (backward added into it), or copied in now.
+  const std::span<double> flat_grads = grads_->adopt();
+  // 2. Average. Stage 1 keeps every averaged gradient in .grad; stages 2 and
+  // 3 receive only their chunk's and drop the full arrays.
   const std::span<double> chunk_grad = master_chunk_.mutable_grad();
   if (stage_ == 1) {
-    const std::span<double> flat_grads = grads_->adopt();
     comm_.all_reduce(flat_grads, ReduceOp::Mean);
     std::copy(flat_grads.begin() + a_, flat_grads.begin() + b_, chunk_grad.begin());
   } else {
-    Storage flat_grads(n_);
-    flatten_grads(params_, flat_grads.span());
-    comm_.reduce_scatter(flat_grads.span(), chunk_grad, ReduceOp::Mean);
-    for (const Tensor& p : params_) p.zero_grad();
+    comm_.reduce_scatter(flat_grads, chunk_grad, ReduceOp::Mean);
+    grads_->release();
   }
   reduced_ = true;
 }
@@ -90,6 +87,7 @@ void ZeroOptimizer::release_params() {
 void ZeroOptimizer::zero_grad() {
   for (const Tensor& p : params_) p.zero_grad();
   master_chunk_.zero_grad();
+  grads_->allocate();  // the next backward's home (stages 2 and 3 gave it back)
   reduced_ = false;
 }
 
@@ -110,12 +108,9 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
 }
 
 MemoryBytes ZeroOptimizer::memory_bytes() const {
-  std::size_t params = 0, grads = master_chunk_.grad().size();
-  for (const Tensor& p : params_) {
-    params += p.impl().data.size();
-    if (!grads_) grads += p.grad().size();
-  }
-  if (grads_) grads += grads_->held();
+  std::size_t params = 0;
+  for (const Tensor& p : params_) params += p.impl().data.size();
+  const std::size_t grads = grads_->held() + master_chunk_.grad().size();
   std::size_t optimizer = inner_->state_dict().bytes() / sizeof(double);
   // In stage 3 the master chunk is the rank's share of the parameters; below
   // it, a copy kept beside the full parameters for the optimizer.

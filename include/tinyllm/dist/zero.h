@@ -18,12 +18,13 @@
 //   2      n           n/p         K·n/p + n/p
 //   3      n/p         n/p         K·n/p        (the chunk is the parameters)
 // The full gradients of stage 1 stay in .grad until zero_grad(), as a loop
-// that logs gradient norms wants them; they are views of one flat vector,
-// which stays (backward adds straight into it), so it counts after
-// zero_grad() too. The parameters are views of one flat vector as well
-// (stage 3 releases it between steps), so the all_gather needs no copy.
-// The flat vector that stages 2 and 3 borrow for the reduce-scatter is
-// transient (taken from and returned to the storage cache) and not counted.
+// that logs gradient norms wants them. The gradients are views of one flat
+// vector, so backward adds straight into it and the collective needs no
+// copy; stages 2 and 3 give it back to the storage cache after the
+// reduce-scatter and take it again at zero_grad(), while stage 1 keeps it
+// (it counts after zero_grad() too). The parameters are views of a flat
+// vector as well, so the all_gather writes straight into them; stage 3
+// releases it between steps.
 //
 // A training step on each rank (the seed's):
 //   zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step();
@@ -111,7 +112,7 @@ class ZeroOptimizer {
   std::size_t n_ = 0;
   std::size_t a_ = 0, b_ = 0;
   std::unique_ptr<FlatParams> values_;  // every parameter's values (released in stage 3 between steps)
-  std::unique_ptr<FlatGrads> grads_;    // stage 1's averaged gradients; null in stages 2 and 3
+  std::unique_ptr<FlatGrads> grads_;    // every .grad (released in stages 2 and 3 after each reduce-scatter)
   Tensor master_chunk_;                 // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
   bool reduced_ = false;  // this step's gradients are already in master_chunk_'s grad
