@@ -23,6 +23,7 @@
 #include "tinyllm/dist/procs_comm.h"
 #include "tinyllm/dist/zero.h"
 #include "tinyllm/optim/adamw.h"
+#include "tinyllm/tensor/storage.h"
 
 namespace {
 
@@ -78,8 +79,11 @@ std::pair<double, double> time_mode(Comm& comm, std::size_t n, int m) {
   }
 
   // The peer: the same refill, then the collectives straight on a flat
-  // buffer allocated once, and the update of a chunk that owns its grad.
-  std::vector<double> flat(n);
+  // buffer allocated once (from the storage cache, huge pages and all, as
+  // tinyllm's), and the update of a chunk that owns its grad.
+  Storage flat_storage(n);
+  const std::span<double> flat = flat_storage.span();
+  std::fill(flat.begin(), flat.end(), 0.0);
   const auto [a, b] = dist::chunk_bounds(n, comm.size(), r);
   Tensor chunk = Tensor::full({b - a}, 0.5);
   std::fill(chunk.mutable_grad().begin(), chunk.mutable_grad().end(), 0.0);
