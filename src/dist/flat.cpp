@@ -198,16 +198,18 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
   for (int q = 0; q < p; ++q) {
     if (field(q, 0) != 0) fail(fmt::format("rank {} has an invalid parameter list", q));
   }
+  // Every rank against rank 0, field by field.
+  const auto differs = [&](int q, std::size_t f) { return field(q, f) != field(0, f); };
   for (int q = 1; q < p; ++q) {
-    if (field(q, 1) != field(0, 1)) {
+    if (differs(q, 1)) {
       fail(fmt::format("ranks disagree on the stage: rank {} runs {}, rank 0 {}", q, mode_name(field(q, 1)),
                        mode_name(field(0, 1))));
     }
-    if (field(q, 2) != field(0, 2) || field(q, 3) != field(0, 3)) {
+    if (differs(q, 2) || differs(q, 3)) {
       fail(fmt::format("ranks disagree on the parameters: rank {} has {} tensors of {} values, rank 0 has {} of {}", q,
                        field(q, 2), field(q, 3), field(0, 2), field(0, 3)));
     }
-    if (field(q, 4) != field(0, 4) || field(q, 5) != field(0, 5)) {
+    if (differs(q, 4) || differs(q, 5)) {
       fail(
           fmt::format("ranks disagree on the parameter shapes: rank {}'s {} tensors of {} values are shaped unlike "
                       "rank 0's",

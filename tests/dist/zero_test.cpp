@@ -206,6 +206,11 @@ TEST_P(ZeroOptimizerRanksTest, RanksThatDisagreeAreNamedOnEveryRank) {
     TinyNet wide(1, 5, odd ? 6 : 4, 4);
     EXPECT_THROW_WITH(ZeroOptimizer(adamw_with_decay(), wide.parameters(), comm, 2), std::invalid_argument,
                       "ranks disagree on the parameters: rank 2 has 4 tensors of 64 values, rank 0 has 4 of 44");
+    // The same values in another number of tensors.
+    const std::vector<Tensor> split =
+        odd ? std::vector<Tensor>{Tensor::zeros({3}), Tensor::zeros({3})} : std::vector<Tensor>{Tensor::zeros({6})};
+    EXPECT_THROW_WITH(ZeroOptimizer(adamw_with_decay(), split, comm, 2), std::invalid_argument,
+                      "ranks disagree on the parameters: rank 2 has 2 tensors of 6 values, rank 0 has 1 of 6");
     // The same values, shaped otherwise: [3, 2] against [2, 3].
     Tensor w = Tensor::zeros(odd ? Shape{3, 2} : Shape{2, 3});
     EXPECT_THROW_WITH(ZeroOptimizer(adamw_with_decay(), {w}, comm, 2), std::invalid_argument,
@@ -332,6 +337,39 @@ TEST(ZeroOptimizerTest, ParametersAreViewsOfOneVectorAndOutliveIt) {
       }
     }
   });
+}
+
+// `zo = std::make_unique<ZeroOptimizer>(...)` builds the new optimizer
+// before the old one goes: the old one must leave the new one's views
+// alone. Plain SGD keeps no state, so the run still equals one process.
+TEST(ZeroOptimizerTest, AReplacedOptimizerLeavesItsSuccessorsViewsAlone) {
+  const auto sgd = optim::SGD::factory({.lr = 0.1});
+  TinyNet one(4);
+  auto opt = sgd(one.parameters());
+  for (int step = 0; step < 3; ++step) {
+    opt->zero_grad();
+    tiny_loss(one, step, 0, 24).backward();
+    opt->step();
+  }
+  for (int stage = 1; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    run_ranks(Backend::Threads, 2, [&](Comm& comm) {
+      TinyNet net(4);
+      auto zo = std::make_unique<ZeroOptimizer>(sgd, net.parameters(), comm, stage);
+      for (int step = 0; step < 3; ++step) {
+        if (step == 1) {
+          zo->gather();  // a new optimizer reads the parameters, which stage 3 released
+          zo = std::make_unique<ZeroOptimizer>(sgd, net.parameters(), comm, stage);
+        }
+        zo->gather();
+        zo->zero_grad();
+        tiny_loss(net, step, 12 * static_cast<std::size_t>(comm.rank()), 12).backward();
+        zo->step();
+      }
+      zo->gather();
+      expect_all_within(flat_values(net.parameters()), flat_values(one.parameters()), 1e-12, "parameters");
+    });
+  }
 }
 
 // The inner optimizer's state is one process's state for this rank's
