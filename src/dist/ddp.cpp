@@ -22,4 +22,6 @@ void DDP::sync_grads() {
   comm_.all_reduce(grads_->adopt(), ReduceOp::Mean);
 }
 
+std::size_t DDP::grad_bytes() const { return grads_->held() * sizeof(double); }
+
 }  // namespace tinyllm::dist

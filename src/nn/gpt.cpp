@@ -8,9 +8,9 @@
 #include "tinyllm/tensor/ops.h"
 
 namespace tinyllm::nn {
-namespace {
 
-void check_config(const GPTConfig& c) {
+void GPTConfig::check() const {
+  const GPTConfig& c = *this;
   if (c.vocab_size == 0 || c.block_size == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_embd == 0) {
     throw std::invalid_argument(fmt::format(
         "GPT: every size must be positive (got vocab_size {}, block_size {}, n_layer {}, n_head {}, n_embd {})",
@@ -21,10 +21,14 @@ void check_config(const GPTConfig& c) {
   }
 }
 
-}  // namespace
+std::size_t GPTConfig::num_parameters() const {
+  const std::size_t C = n_embd;
+  const std::size_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+  return vocab_size * C + block_size * C + n_layer * block + 2 * C;
+}
 
 GPT::GPT(const GPTConfig& config, std::uint64_t seed) : config_(config) {
-  check_config(config);
+  config.check();
   Generator gen(seed);
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
   wte = register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.n_embd, gen));

@@ -58,6 +58,10 @@ class DDP : public nn::Module {
   // gradient at all.
   void sync_grads();
 
+  // Gradient bytes this rank holds: the bucket, which lives as long as DDP
+  // (the next backward's home), and any grad kept outside it.
+  std::size_t grad_bytes() const;
+
  private:
   std::shared_ptr<nn::Module> module_;
   Comm& comm_;

@@ -23,6 +23,11 @@ struct GPTConfig {
   std::size_t n_layer = 4;       // L
   std::size_t n_head = 4;        // H
   std::size_t n_embd = 128;      // C
+
+  // std::invalid_argument naming the value: a size of 0, or heads not dividing the width.
+  void check() const;
+  // Elements over all parameters: V·C + T·C + L·(12C² + 13C) + 2C.
+  std::size_t num_parameters() const;
 };
 
 class GPT : public Module {
