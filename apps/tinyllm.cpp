@@ -1,40 +1,232 @@
-// The tinyllm command. The only place that catches, prints and exits.
+// The tinyllm command: train, verify (the capstone check: P ranks against
+// one process), memory (the per-rank byte table) and diff (two checkpoints
+// compared). The only place that catches, prints and exits.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 
+#include "tinyllm/dist/chunk.h"
+#include "tinyllm/train/checkpoint.h"
+#include "tinyllm/train/metrics.h"
 #include "tinyllm/train/trainer.h"
+#include "tinyllm/train/verify.h"
 
 namespace {
 
-void add_train(CLI::App& app, tinyllm::train::TrainOptions& o) {
-  auto& m = o.model;
-  app.add_option("--layers", m.n_layer, "transformer blocks (L)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--heads", m.n_head, "attention heads (H)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--width", m.n_embd, "embedding width (C)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--seq", m.block_size, "context length (T)")->capture_default_str()->check(CLI::PositiveNumber);
+using namespace tinyllm;
+
+std::string mib(std::size_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+const char* mode_name(int zero) {
+  static const char* const kNames[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+  return kNames[zero];
+}
+
+struct ModelFlags {
+  std::vector<CLI::Option*> options;
+  bool given() const {
+    for (const CLI::Option* o : options)
+      if (o->count() > 0) return true;
+    return false;
+  }
+};
+
+ModelFlags add_model(CLI::App& app, nn::GPTConfig& m) {
+  return {{
+      app.add_option("--layers", m.n_layer, "transformer blocks (L)")->capture_default_str()->check(CLI::PositiveNumber),
+      app.add_option("--heads", m.n_head, "attention heads (H)")->capture_default_str()->check(CLI::PositiveNumber),
+      app.add_option("--width", m.n_embd, "embedding width (C)")->capture_default_str()->check(CLI::PositiveNumber),
+      app.add_option("--seq", m.block_size, "context length (T)")->capture_default_str()->check(CLI::PositiveNumber),
+  }};
+}
+
+struct RunFlags {
+  ModelFlags model;
+  CLI::Option* batch = nullptr;
+  CLI::Option* seed = nullptr;
+  CLI::Option* world = nullptr;
+};
+
+RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
+  RunFlags flags{.model = add_model(app, o.model)};
   app.add_option("--data", o.data, "corpus file, one token per byte")->capture_default_str();
-  app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  flags.batch = app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "optimizer steps (a resumed run counts its earlier ones)")->capture_default_str();
   app.add_option("--lr", o.adamw.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   app.add_option("--beta1", o.adamw.betas.first, "AdamW beta1")->capture_default_str();
   app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2")->capture_default_str();
   app.add_option("--eps", o.adamw.eps, "AdamW eps")->capture_default_str();
-  app.add_option("--seed", o.seed, "initialisation seed")->capture_default_str();
+  flags.seed = app.add_option("--seed", o.seed, "initialisation seed")->capture_default_str();
+  flags.world = app.add_option("--world", o.world, "ranks (under mpirun: its -n, the default there)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--zero", o.zero, "0: DDP; 1, 2, 3: ZeRO stage")->capture_default_str()->check(CLI::Range(0, 3));
+  app.add_option("--backend", backend, "auto, threads, procs or mpi")->capture_default_str();
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--init", o.init, "start from this checkpoint's weights (fresh optimizer, step 0)");
+  return flags;
 }
 
-int run_train(const tinyllm::train::TrainOptions& o) {
-  fmt::print("tinyllm train: L={} H={} C={} T={} on {}, batch {}, {} steps\n", o.model.n_layer, o.model.n_head,
-             o.model.n_embd, o.model.block_size, o.data, o.batch, o.steps);
-  const auto summary = tinyllm::train::train(o, [&](const tinyllm::train::StepReport& r) {
-    fmt::print("step {:>5}/{}  loss {:.4f}  {:>8.0f} tokens/s\n", r.step + 1, o.steps, r.loss, r.tokens_per_second);
+// Under mpirun, the world is mpirun's unless --world says otherwise (then
+// they must agree).
+void adopt_mpirun_world(train::TrainOptions& o, const RunFlags& flags) {
+  if (flags.world->count() == 0 && train::resolve_backend(o.backend, o.world) == train::Backend::Mpi) o.world = 0;
+}
+
+// With --resume or --init, what the user left unsaid comes from the
+// checkpoint: the model's sizes, and for --resume the batch and seed.
+void adopt_checkpoint(train::TrainOptions& o, const RunFlags& flags) {
+  const std::string& given = o.resume.empty() ? o.init : o.resume;
+  if (given.empty()) return;
+  const train::CheckpointInfo info =
+      train::read_checkpoint_info(train::SafetensorsFile::open(train::find_checkpoint(given)));
+  if (!flags.model.given()) o.model = info.config;
+  if (!o.resume.empty() && flags.batch->count() == 0) o.batch = info.batch;
+  if (!o.resume.empty() && flags.seed->count() == 0) o.seed = info.seed;
+}
+
+// Prints on rank 0: a live line on a terminal, plain lines when piped.
+class Printer final : public train::TrainObserver {
+ public:
+  explicit Printer(const train::TrainOptions& o) : options_(o) {}
+
+  void on_start(const train::RunInfo& info) override {
+    // mpirun hands its ranks a terminal of its own even when its output goes to a file.
+    live_ = isatty(STDOUT_FILENO) != 0 && info.backend != train::Backend::Mpi;
+    fmt::print("tinyllm train: L={} H={} C={} T={}, {} parameters, on {} ({} windows), batch {}, steps {}..{}\n",
+               options_.model.n_layer, options_.model.n_head, options_.model.n_embd, options_.model.block_size,
+               info.num_parameters, info.corpus, info.num_windows, options_.batch, info.start_step + 1,
+               options_.steps);
+    fmt::print("{} on {} rank{} ({}){}\n", mode_name(options_.zero), info.world, info.world == 1 ? "" : "s",
+               train::backend_name(info.backend),
+               options_.grad_accum > 1 ? fmt::format(", {} micro-batches per step", options_.grad_accum) : "");
+    std::fflush(stdout);
+    start_ = info.start_step;
+  }
+
+  void on_step(const train::StepReport& r) override {
+    seconds_ += r.seconds;
+    const double done = static_cast<double>(r.step + 1 - start_);
+    const double eta = seconds_ / done * static_cast<double>(options_.steps - r.step - 1);
+    const std::string line = fmt::format("step {:>5}/{}  loss {:.4f}  {:>8.0f} tokens/s", r.step + 1,
+                                         options_.steps, r.loss, r.tokens_per_second);
+    if (live_) {
+      fmt::print("\r{}  ETA {:.0f} s\033[K", line, eta);
+    } else {
+      fmt::print("{}\n", line);
+    }
+    std::fflush(stdout);
+  }
+
+  void on_checkpoint(const std::string& path, std::size_t step) override {
+    if (live_) fmt::print("\n");
+    fmt::print("saved step {} to {}\n", step, path);
+  }
+
+  void on_end(const train::TrainSummary& s) override {
+    if (live_) fmt::print("\n");
+    fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps, {:.0f} tokens/s)\n",
+               s.num_parameters, s.first_loss, s.last_loss, s.seconds, s.steps_run,
+               static_cast<double>(s.steps_run * options_.batch * options_.model.block_size) / s.seconds);
+    fmt::print("per rank: model state after a step (memory_bytes) | its peak within a step | peak RSS | sent per step\n");
+    for (const train::RankStats& q : s.ranks) {
+      fmt::print("  rank {}: params {} + grads {} + optimizer {} = {} | peak {} | RSS {} | sent {} (theory {})\n",
+                 q.rank, mib(q.state.params), mib(q.state.grads), mib(q.state.optimizer), mib(q.state.total()),
+                 mib(q.peak.total()), mib(q.peak_rss), mib(q.bytes_sent), mib(q.theory_sent));
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  const train::TrainOptions& options_;
+  bool live_ = false;
+  std::size_t start_ = 0;
+  double seconds_ = 0;
+};
+
+int run_train(const train::TrainOptions& o) {
+  Printer printer(o);
+  train::train(o, printer);
+  return 0;
+}
+
+int run_verify(const train::TrainOptions& o) {
+  // The callback runs on rank 0, which may be a forked process: it prints
+  // the verdict itself, after the last step (a failure throws after it).
+  double worst = 0;
+  bool same_bits = true;
+  const auto on_start = [&](const train::RunInfo& info) {
+    fmt::print("tinyllm verify: {} on {} ranks ({}) against one process, L={} H={} C={} T={}, batch {}{}{}, {} steps\n",
+               mode_name(o.zero), info.world, train::backend_name(info.backend), o.model.n_layer, o.model.n_head,
+               o.model.n_embd, o.model.block_size, o.batch,
+               o.grad_accum > 1 ? fmt::format(", grad-accum {}", o.grad_accum) : "",
+               o.clip > 0 ? fmt::format(", clip {}", o.clip) : "", o.steps);
+    fmt::print("{:>5}  {:>10}  {:>9}  {:>9}  {:>9}  {:>10}  {}\n", "step", "loss", "|Δloss|", "|Δparam|",
+               "|Δexp_avg|", "|Δexp_avg_sq|", "ranks bit-identical");
+  };
+  train::verify(o, on_start, [&](const train::VerifyStep& v) {
+    worst = std::max(worst, v.worst());
+    same_bits = same_bits && v.same_bits;
+    fmt::print("{:>5}  {:>10.6f}  {:>9.2e}  {:>9.2e}  {:>9.2e}  {:>10.2e}  {}\n", v.step + 1, v.loss, v.loss_diff,
+               v.params_diff, v.exp_avg_diff, v.exp_avg_sq_diff, v.same_bits ? "yes" : "NO");
+    if (v.step + 1 == o.steps && worst <= train::kVerifyTolerance && same_bits) {
+      fmt::print("verify passed: every step within {:.0e} of one process (largest difference {:.2e}), the same bits "
+                 "on every rank\n",
+                 train::kVerifyTolerance, worst);
+    }
     std::fflush(stdout);
   });
-  fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s\n", summary.num_parameters, summary.first_loss,
-             summary.last_loss, summary.seconds);
+  return 0;
+}
+
+int run_memory(const nn::GPTConfig& config, int world) {
+  config.check();
+  if (world < 1) throw std::invalid_argument(fmt::format("--world must be at least 1 (got {})", world));
+  const std::size_t n = config.num_parameters();
+  fmt::print("tinyllm memory: L={} H={} C={} T={} V={}: n = {} parameters, float64, AdamW, {} rank{}\n",
+             config.n_layer, config.n_head, config.n_embd, config.block_size, config.vocab_size, n, world,
+             world == 1 ? "" : "s");
+  fmt::print("model state per rank after a step, in bytes (as memory_bytes() reports), and its peak within a step\n");
+  fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12} {:>14}\n", "mode", "ranks", "parameters", "gradients",
+             "optimizer", "total", "total MiB", "peak");
+  for (int zero = 0; zero <= 3; ++zero) {
+    // Ranks whose chunks have the same length hold the same bytes.
+    for (int first = 0; first < world;) {
+      int last = first;
+      const auto length = [&](int r) {
+        const auto [a, b] = dist::chunk_bounds(n, world, r);
+        return b - a;
+      };
+      while (last + 1 < world && length(last + 1) == length(first)) ++last;
+      const dist::MemoryBytes m = train::state_bytes(zero, n, world, first);
+      const dist::MemoryBytes peak = train::peak_bytes(zero, n, world, first);
+      const std::string ranks = first == last ? std::to_string(first) : fmt::format("{}-{}", first, last);
+      fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12.2f} {:>14}\n", mode_name(zero), ranks, m.params,
+                 m.grads, m.optimizer, m.total(), static_cast<double>(m.total()) / (1 << 20), peak.total());
+      first = last + 1;
+    }
+  }
+  return 0;
+}
+
+int run_diff(const std::string& a, const std::string& b, double tolerance) {
+  const train::SafetensorsFile x = train::SafetensorsFile::open(train::find_checkpoint(a));
+  const train::SafetensorsFile y = train::SafetensorsFile::open(train::find_checkpoint(b));
+  const auto worst = train::checkpoint_diff(x, y);
+  fmt::print("{} vs {}: largest |difference| parameters {:.3e}, exp_avg {:.3e}, exp_avg_sq {:.3e}\n", x.path(),
+             y.path(), worst[0], worst[1], worst[2]);
+  const double largest = *std::max_element(worst.begin(), worst.end());
+  if (!(largest <= tolerance)) {
+    throw std::runtime_error(fmt::format("the checkpoints differ by {:.3e}, above {:.0e}", largest, tolerance));
+  }
+  fmt::print("equal within {:.0e}\n", tolerance);
   return 0;
 }
 
@@ -43,12 +235,52 @@ int run_train(const tinyllm::train::TrainOptions& o) {
 int main(int argc, char** argv) {
   CLI::App app{"tinyllm: exact data-parallel and ZeRO training of small GPTs"};
   app.require_subcommand(1);
-  tinyllm::train::TrainOptions train_options;
-  CLI::App* train = app.add_subcommand("train", "train the GPT on a byte corpus");
-  add_train(*train, train_options);
+
+  train::TrainOptions train_options;
+  std::string train_backend = "auto";
+  CLI::App* train = app.add_subcommand("train", "train the GPT on a byte corpus, on one or more ranks");
+  const RunFlags train_flags = add_run(*train, train_options, train_backend);
+  train->add_option("--metrics", train_options.metrics, "write one JSON object per step to this file");
+  train->add_option("--save", train_options.save_dir, "write checkpoints to this directory (at the end, and see --save-every)");
+  train->add_option("--save-every", train_options.save_every, "also write a checkpoint every this many steps");
+  train->add_option("--resume", train_options.resume, "continue from this checkpoint (or the latest in a directory)");
+
+  train::TrainOptions verify_options;
+  std::string verify_backend = "auto";
+  verify_options.world = 4;
+  verify_options.zero = 2;
+  CLI::App* verify = app.add_subcommand("verify", "train on P ranks and one process side by side; exit 1 above 1e-10");
+  const RunFlags verify_flags = add_run(*verify, verify_options, verify_backend);
+
+  nn::GPTConfig memory_config;
+  int memory_world = 4;
+  CLI::App* memory = app.add_subcommand("memory", "the per-rank byte table of DDP and ZeRO 1-3, without training");
+  add_model(*memory, memory_config);
+  memory->add_option("--world", memory_world, "ranks")->capture_default_str()->check(CLI::PositiveNumber);
+
+  std::string diff_a, diff_b;
+  double diff_tolerance = train::kVerifyTolerance;
+  CLI::App* diff = app.add_subcommand("diff", "the largest difference between two checkpoints; exit 1 above the tolerance");
+  diff->add_option("a", diff_a, "checkpoint (or directory: its latest)")->required();
+  diff->add_option("b", diff_b, "checkpoint (or directory: its latest)")->required();
+  diff->add_option("--tolerance", diff_tolerance, "largest difference allowed")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
-    if (train->parsed()) return run_train(train_options);
+    if (train->parsed()) {
+      train_options.backend = train::parse_backend(train_backend);
+      adopt_mpirun_world(train_options, train_flags);
+      adopt_checkpoint(train_options, train_flags);
+      return run_train(train_options);
+    }
+    if (verify->parsed()) {
+      verify_options.backend = train::parse_backend(verify_backend);
+      adopt_mpirun_world(verify_options, verify_flags);
+      adopt_checkpoint(verify_options, verify_flags);
+      return run_verify(verify_options);
+    }
+    if (memory->parsed()) return run_memory(memory_config, memory_world);
+    if (diff->parsed()) return run_diff(diff_a, diff_b, diff_tolerance);
   } catch (const std::exception& e) {
     fmt::print(stderr, "tinyllm: error: {}\n", e.what());
     return 1;

@@ -1,44 +1,291 @@
 #include "tinyllm/train/trainer.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <stdexcept>
 
+#include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
+#include "tinyllm/train/metrics.h"
 
 namespace tinyllm::train {
+namespace {
 
-TrainSummary train(const TrainOptions& options, const std::function<void(const StepReport&)>& on_step) {
-  using Clock = std::chrono::steady_clock;
-  const Corpus corpus = Corpus::load(options.data);
-  const std::size_t T = options.model.block_size, B = options.batch;
-  nn::GPT model(options.model, options.seed);
-  optim::AdamW optimizer(model.parameters(), options.adamw);
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 
-  TrainSummary summary{.num_parameters = model.num_parameters()};
-  const auto start = Clock::now();
-  for (std::size_t step = 0; step < options.steps; ++step) {
-    const auto step_start = Clock::now();
-    const Batch batch = corpus.batch(step, B, T);
-    optimizer.zero_grad();
-    Tensor loss = model.loss(batch.inputs, batch.targets, batch.batch, T);
-    const double value = loss.item();
-    if (!std::isfinite(value)) throw std::runtime_error(fmt::format("loss is {} at step {}", value, step));
-    loss.backward();
-    optimizer.step();
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-    const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
-    if (step == 0) summary.first_loss = value;
-    summary.last_loss = value;
-    if (on_step) {
-      on_step(
-          {.step = step, .loss = value, .seconds = seconds, .tokens_per_second = static_cast<double>(B * T) / seconds});
+void check_batch(std::size_t batch, int world, std::size_t grad_accum) {
+  const std::size_t parts = static_cast<std::size_t>(world) * grad_accum;
+  if (batch == 0 || batch % parts != 0) {
+    throw std::invalid_argument(fmt::format(
+        "batch of {} rows does not divide by world size {} × grad-accum {} (= {})", batch, world, grad_accum, parts));
+  }
+}
+
+std::string describe(const nn::GPTConfig& c) {
+  return fmt::format("--layers {} --heads {} --width {} --seq {} (vocab {})", c.n_layer, c.n_head, c.n_embd,
+                     c.block_size, c.vocab_size);
+}
+
+// The checkpoint a run starts from, checked against the options.
+std::optional<CheckpointInfo> check_start(const TrainOptions& o) {
+  if (!o.resume.empty() && !o.init.empty()) throw std::invalid_argument("--resume and --init exclude each other");
+  const std::string& given = o.resume.empty() ? o.init : o.resume;
+  if (given.empty()) return std::nullopt;
+  const SafetensorsFile file = SafetensorsFile::open(find_checkpoint(given));
+  const CheckpointInfo info = read_checkpoint_info(file);
+  const nn::GPTConfig& c = info.config;
+  const nn::GPTConfig& m = o.model;
+  if (c.vocab_size != m.vocab_size || c.block_size != m.block_size || c.n_layer != m.n_layer ||
+      c.n_head != m.n_head || c.n_embd != m.n_embd) {
+    throw std::invalid_argument(fmt::format("checkpoint '{}' holds a model of {}, the run asks for {}", file.path(),
+                                            describe(c), describe(m)));
+  }
+  if (!o.resume.empty() && info.batch != o.batch) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}' was trained with --batch {}; resuming with --batch {} would change the data "
+                    "order (DESIGN.md cuts step s at windows s·B)",
+                    file.path(), info.batch, o.batch));
+  }
+  if (!o.resume.empty() && info.step > o.steps) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}' is at step {}, past --steps {}", file.path(), info.step, o.steps));
+  }
+  return info;
+}
+
+void check_writable_dir(const std::string& dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  const fs::path probe = fs::path(dir) / fmt::format(".tinyllm-probe-{}", ::getpid());
+  if (error || !std::ofstream(probe)) {
+    throw std::invalid_argument(fmt::format("--save directory '{}' is not writable{}", dir,
+                                            error ? fmt::format(" ({})", error.message()) : ""));
+  }
+  fs::remove(probe, error);
+}
+
+// Everything that can be checked before any rank starts, in the order a
+// user fixes them; nothing is written until all passed.
+void check_options(const TrainOptions& o, const Corpus& corpus) {
+  o.model.check();
+  optim::AdamW::factory(o.adamw);
+  if (o.zero < 0 || o.zero > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", o.zero));
+  if (o.grad_accum == 0) throw std::invalid_argument("--grad-accum must be at least 1 (got 0)");
+  if (!(o.clip >= 0) || !std::isfinite(o.clip)) {
+    throw std::invalid_argument(fmt::format("--clip must be a finite norm >= 0 (got {})", o.clip));
+  }
+  if (corpus.num_windows(o.model.block_size) == 0) {
+    throw std::invalid_argument(fmt::format("data file '{}' has {} tokens, too few for one window of {} + 1 tokens",
+                                            corpus.name(), corpus.size(), o.model.block_size));
+  }
+  if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
+  if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
+  check_start(o);
+  if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
+  if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
+    throw std::invalid_argument(fmt::format("--metrics file '{}' cannot be written", o.metrics));
+  }
+}
+
+// Rank 0's summary, carried back to the caller: through memory shared with
+// the forked ranks under procs. Laid out as doubles (exact below 2^53).
+class SummarySink {
+ public:
+  static constexpr std::size_t kHead = 6, kPerRank = 10;
+
+  SummarySink(bool shared, int world) : length_(kHead + kPerRank * static_cast<std::size_t>(std::max(world, 1))) {
+    if (shared) {
+      void* memory = mmap(nullptr, length_ * sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+      if (memory == MAP_FAILED) throw std::runtime_error("train: cannot map memory for the summary");
+      shared_ = static_cast<double*>(memory);
+    } else {
+      local_.resize(length_);
     }
   }
-  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  ~SummarySink() {
+    if (shared_) munmap(shared_, length_ * sizeof(double));
+  }
+  SummarySink(const SummarySink&) = delete;
+  SummarySink& operator=(const SummarySink&) = delete;
+
+  void store(const TrainSummary& s) {
+    std::vector<double> v = {s.first_loss, s.last_loss, s.seconds, static_cast<double>(s.steps_run),
+                             static_cast<double>(s.num_parameters), static_cast<double>(s.ranks.size())};
+    for (const RankStats& r : s.ranks) {
+      for (double x : encode(r)) v.push_back(x);
+    }
+    if (v.size() > length_) {  // mpi: the world is mpirun's, known only now
+      local_.resize(v.size());
+      length_ = v.size();
+    }
+    std::copy(v.begin(), v.end(), data());
+  }
+
+  TrainSummary load() const {
+    const double* v = data();
+    TrainSummary s;
+    s.first_loss = v[0];
+    s.last_loss = v[1];
+    s.seconds = v[2];
+    s.steps_run = static_cast<std::size_t>(v[3]);
+    s.num_parameters = static_cast<std::size_t>(v[4]);
+    for (std::size_t q = 0; q < static_cast<std::size_t>(v[5]); ++q) s.ranks.push_back(decode(v + kHead + kPerRank * q));
+    return s;
+  }
+
+  static std::array<double, kPerRank> encode(const RankStats& r) {
+    return {static_cast<double>(r.rank),           static_cast<double>(r.state.params),
+            static_cast<double>(r.state.grads),    static_cast<double>(r.state.optimizer),
+            static_cast<double>(r.peak.params),    static_cast<double>(r.peak.grads),
+            static_cast<double>(r.peak.optimizer), static_cast<double>(r.peak_rss),
+            static_cast<double>(r.bytes_sent),     static_cast<double>(r.theory_sent)};
+  }
+  static RankStats decode(const double* v) {
+    const auto z = [&](int i) { return static_cast<std::size_t>(v[i]); };
+    return {.rank = static_cast<int>(v[0]),
+            .state = {z(1), z(2), z(3)},
+            .peak = {z(4), z(5), z(6)},
+            .peak_rss = z(7),
+            .bytes_sent = z(8),
+            .theory_sent = z(9)};
+  }
+
+ private:
+  double* data() { return shared_ ? shared_ : local_.data(); }
+  const double* data() const { return shared_ ? shared_ : local_.data(); }
+
+  std::size_t length_;
+  double* shared_ = nullptr;
+  std::vector<double> local_;
+};
+
+dist::MemoryBytes max_of(const dist::MemoryBytes& x, const dist::MemoryBytes& y) {
+  return {std::max(x.params, y.params), std::max(x.grads, y.grads), std::max(x.optimizer, y.optimizer)};
+}
+
+// Every rank's figures for this step, on every rank (one small all_gather).
+std::vector<RankStats> gather_stats(dist::Comm& comm, const RankStats& mine) {
+  const auto p = static_cast<std::size_t>(comm.size());
+  const auto encoded = SummarySink::encode(mine);
+  std::vector<double> all(SummarySink::kPerRank * p);
+  comm.all_gather(encoded, all);
+  std::vector<RankStats> out;
+  for (std::size_t q = 0; q < p; ++q) out.push_back(SummarySink::decode(all.data() + SummarySink::kPerRank * q));
+  return out;
+}
+
+// One rank's run: build, load, then each step zero_grad, the micro-batches'
+// backward, the step, and the reports.
+void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, TrainObserver& observer,
+              SummarySink& sink) {
+  const int p = comm.size(), r = comm.rank();
+  check_batch(o.batch, p, o.grad_accum);  // under mpi, the world is known only now
+  auto model = std::make_shared<nn::GPT>(o.model, o.seed);
+  std::size_t start = 0;
+  std::optional<SafetensorsFile> from;
+  if (!o.resume.empty() || !o.init.empty()) {
+    from = SafetensorsFile::open(find_checkpoint(o.resume.empty() ? o.init : o.resume));
+    load_model(*from, *model);
+  }
+  Replica replica(model, o.adamw, &comm, o.zero);
+  if (!o.resume.empty()) {
+    start = read_checkpoint_info(*from).step;
+    replica.load_optimizer_state(*from, static_cast<double>(start));
+  }
+  from.reset();
+
+  const std::size_t n = replica.num_parameters(), T = o.model.block_size, B = o.batch;
+  std::ofstream metrics;
+  if (r == 0) {
+    observer.on_start({.backend = resolve_backend(o.backend, p), .world = p, .start_step = start,
+                       .num_parameters = n, .num_windows = corpus.num_windows(T), .corpus = corpus.name()});
+    if (!o.metrics.empty()) metrics.open(o.metrics, std::ios::trunc);
+  }
+  TrainSummary summary;
+  summary.num_parameters = n;
+  const auto run_start = Clock::now();
+  for (std::size_t step = start; step < o.steps; ++step) {
+    const auto step_start = Clock::now();
+    const std::uint64_t sent_before = comm.total_traffic().bytes_sent;
+    replica.zero_grad();
+    dist::MemoryBytes peak = replica.memory_bytes();
+    const double local = replica.backward(corpus.batch(step, B, T, r, p), o.grad_accum);
+    peak = max_of(peak, replica.memory_bytes());
+    double loss = local;
+    comm.all_reduce({&loss, 1}, dist::ReduceOp::Mean);  // the global batch's mean, the same on every rank
+    if (!std::isfinite(loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", loss, step));
+    const double grad_norm = replica.step(o.clip);
+    peak = max_of(peak, replica.memory_bytes());
+    const double seconds = since(step_start);
+
+    const RankStats mine{.rank = r, .state = replica.memory_bytes(), .peak = peak, .peak_rss = peak_rss_bytes(),
+                         .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
+                         .theory_sent = theory_bytes_sent(o.zero, n, p, r)};
+    const StepReport report{.step = step, .loss = loss, .grad_norm = grad_norm, .seconds = seconds,
+                            .tokens_per_second = static_cast<double>(B * T) / seconds,
+                            .ranks = gather_stats(comm, mine)};
+    observer.after_step(comm, replica, step, loss);
+    if (summary.steps_run++ == 0) summary.first_loss = loss;
+    summary.last_loss = loss;
+    summary.ranks = report.ranks;
+    if (r == 0) {
+      observer.on_step(report);
+      if (metrics.is_open()) metrics << metrics_line(report) << '\n' << std::flush;
+    }
+    const bool last = step + 1 == o.steps;
+    if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
+      const std::string path = checkpoint_path(o.save_dir, step + 1);
+      save_checkpoint(path, comm, replica,
+                      {.config = o.model, .step = step + 1, .batch = B, .seed = o.seed, .world = p, .zero = o.zero},
+                      o.shared_files);
+      if (r == 0) observer.on_checkpoint(path, step + 1);
+    }
+  }
+  summary.seconds = since(run_start);
+  if (r == 0) {
+    observer.on_end(summary);
+    sink.store(summary);
+  }
+}
+
+class CallbackObserver final : public TrainObserver {
+ public:
+  explicit CallbackObserver(const std::function<void(const StepReport&)>& on_step) : on_step_(on_step) {}
+  void on_step(const StepReport& report) override {
+    if (on_step_) on_step_(report);
+  }
+
+ private:
+  const std::function<void(const StepReport&)>& on_step_;
+};
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
+  const Corpus corpus = Corpus::load(options.data);
+  check_options(options, corpus);
+  const Backend backend = resolve_backend(options.backend, options.world);
+  SummarySink sink(backend == Backend::Procs, options.world);
+  launch(backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, observer, sink); });
+  TrainSummary summary = sink.load();
+  if (!options.save_dir.empty() && summary.steps_run > 0) summary.last_checkpoint = checkpoint_path(options.save_dir, options.steps);
   return summary;
+}
+
+TrainSummary train(const TrainOptions& options, const std::function<void(const StepReport&)>& on_step) {
+  CallbackObserver observer(on_step);
+  return train(options, observer);
 }
 
 }  // namespace tinyllm::train

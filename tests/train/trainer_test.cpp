@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 #include <tinyllm/train/trainer.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "support/expect_throw.h"
+#include "tinyllm/train/metrics.h"
+#include "train_testing.h"
 
 namespace tinyllm::train {
 namespace {
@@ -53,6 +57,123 @@ TEST(TrainerTest, RejectsBadInput) {
   o = small_run();
   o.model.n_head = 3;
   EXPECT_THROW_WITH(train(o), std::invalid_argument, "width 16 is not divisible by 3 heads");
+}
+
+TEST(TrainerTest, RejectsBadDistributedOptionsBeforeWritingAnything) {
+  const testing::ScratchDir dir("tinyllm-trainer-bad");
+  TrainOptions o = testing::tiny_run(3, 2);
+  o.metrics = dir / "metrics.jsonl";
+  o.save_dir = dir / "ckpt";
+  o.batch = 16;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "batch of 16 rows does not divide by world size 3");
+  o = testing::tiny_run(2, 1);
+  o.metrics = dir / "metrics.jsonl";
+  o.grad_accum = 5;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "world size 2 × grad-accum 5 (= 10)");
+  o = testing::tiny_run(2, 4);
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--zero must be 0, 1, 2 or 3 (got 4)");
+  o = testing::tiny_run(2, 0);
+  o.clip = -1;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--clip must be a finite norm >= 0 (got -1)");
+  o = testing::tiny_run(2, 0);
+  o.save_every = 2;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--save-every needs --save DIR");
+  o = testing::tiny_run(2, 0);
+  o.resume = dir / "a";
+  o.init = dir / "b";
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--resume and --init exclude each other");
+  // A regular file where the directory should be: not even root can write under it.
+  std::ofstream(dir / "file") << "x";
+  o = testing::tiny_run(2, 0);
+  o.save_dir = dir / "file/ckpt";
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "is not writable");
+  o = testing::tiny_run(2, 0);
+  o.metrics = dir / "file/metrics.jsonl";
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "cannot be written");
+  o = testing::tiny_run(2, 0);
+  o.backend = Backend::Threads;
+  o.world = 0;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "world size must be at least 1 (got 0)");
+  EXPECT_FALSE(std::filesystem::exists(dir / "metrics.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "ckpt"));
+}
+
+TEST(TrainerTest, ALossThatIsNotFiniteStopsTheRunNamingTheStep) {
+  TrainOptions o = testing::tiny_run(2, 3);
+  o.adamw.lr = 1e300;  // the first update sends the weights to ±1e300
+  EXPECT_THROW_WITH(train(o), std::runtime_error, "at step 1");
+}
+
+// The bytes each rank reports are exactly the table `tinyllm memory`
+// prints (state after a step, peak within one), and its collectives send
+// what theory says plus the few bytes of the loss and the gradient norm.
+TEST(TrainerTest, EveryModeReportsTheBytesOfTheTable) {
+  for (int zero = 0; zero <= 3; ++zero) {
+    for (int world : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "zero " << zero << ", world " << world);
+      TrainOptions o = testing::tiny_run(world, zero);
+      o.clip = 1.0;
+      const TrainSummary s = train(o);
+      ASSERT_EQ(s.ranks.size(), static_cast<std::size_t>(world));
+      const std::size_t n = s.num_parameters;
+      EXPECT_EQ(n, o.model.num_parameters());
+      for (const RankStats& q : s.ranks) {
+        const dist::MemoryBytes state = state_bytes(zero, n, world, q.rank);
+        const dist::MemoryBytes peak = peak_bytes(zero, n, world, q.rank);
+        EXPECT_EQ(q.state.params, state.params);
+        EXPECT_EQ(q.state.grads, state.grads);
+        EXPECT_EQ(q.state.optimizer, state.optimizer);
+        EXPECT_EQ(q.peak.params, peak.params);
+        EXPECT_EQ(q.peak.grads, peak.grads);
+        EXPECT_EQ(q.peak.optimizer, peak.optimizer);
+        EXPECT_EQ(q.theory_sent, theory_bytes_sent(zero, n, world, q.rank));
+        EXPECT_GE(q.bytes_sent, q.theory_sent);
+        EXPECT_LE(q.bytes_sent, q.theory_sent + 2 * 8 * static_cast<std::size_t>(world));
+        EXPECT_GT(q.peak_rss, 0u);
+      }
+    }
+  }
+}
+
+TEST(TrainerTest, StageThreeHoldsAboutOneOverPOfDdp) {
+  const nn::GPTConfig config;  // the trainer's default model
+  const std::size_t n = config.num_parameters();
+  for (int p : {2, 4, 8}) {
+    const double ratio = static_cast<double>(state_bytes(3, n, p, 0).total()) /
+                         static_cast<double>(state_bytes(0, n, p, 0).total());
+    EXPECT_NEAR(ratio, 1.0 / p, 1e-5) << p << " ranks";
+  }
+}
+
+TEST(TrainerTest, ForkedRanksHandBackRankZerosSummary) {
+  TrainOptions o = testing::tiny_run(2, 2);
+  o.backend = Backend::Procs;
+  std::vector<double> losses;
+  const TrainSummary s = train(o);
+  EXPECT_EQ(s.steps_run, 4u);
+  EXPECT_EQ(s.num_parameters, o.model.num_parameters());
+  ASSERT_EQ(s.ranks.size(), 2u);
+  EXPECT_EQ(s.ranks[1].rank, 1);
+  EXPECT_EQ(s.ranks[1].state.total(), state_bytes(2, s.num_parameters, 2, 1).total());
+  EXPECT_NEAR(s.first_loss, std::log(256.0), 0.2);
+}
+
+TEST(TrainerTest, MetricsFileHasOneJsonObjectPerStep) {
+  const testing::ScratchDir dir("tinyllm-trainer-metrics");
+  TrainOptions o = testing::tiny_run(2, 1);
+  o.metrics = dir / "m.jsonl";
+  std::vector<StepReport> reports;
+  train(o, [&](const StepReport& r) { reports.push_back(r); });
+  std::ifstream in(o.metrics);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i], metrics_line(reports[i]));
+    EXPECT_TRUE(lines[i].starts_with(fmt::format("{{\"step\":{},\"loss\":", i))) << lines[i];
+    EXPECT_NE(lines[i].find("\"ranks\":[{\"rank\":0,"), std::string::npos);
+    EXPECT_NE(lines[i].find("{\"rank\":1,"), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -1,14 +1,23 @@
-// The training loop on one process: the GPT of DESIGN.md on a byte corpus in
-// DESIGN.md's data order, AdamW decaying every parameter alike. It reports
-// each step to a callback and prints nothing itself (the app does).
+// The training loop: the GPT of DESIGN.md on a byte corpus in DESIGN.md's
+// data order, AdamW decaying every parameter alike, on `world` ranks with
+// DDP (zero 0) or a ZeRO stage, equal to one process. Rank r of p takes
+// rows [r·B/p, (r+1)·B/p) of each global batch and splits them into
+// grad_accum micro-batches; each micro-batch's mean loss is scaled by
+// 1/grad_accum, so the step's gradient is the global batch's mean. It
+// reports to an observer and prints nothing itself (the app does).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "tinyllm/dist/comm.h"
+#include "tinyllm/dist/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
+#include "tinyllm/train/launch.h"
+#include "tinyllm/train/replica.h"
 
 namespace tinyllm::train {
 
@@ -20,25 +29,82 @@ struct TrainOptions {
   nn::GPTConfig model;
   std::string data = kDefaultCorpus;
   std::size_t batch = 16;  // global batch, in windows of model.block_size tokens
-  std::size_t steps = 50;
+  std::size_t steps = 50;  // the step count the run ends at (a resumed run counts its earlier steps)
   optim::AdamWOptions adamw{.lr = 1e-3, .betas = {0.9, 0.95}, .eps = 1e-8, .weight_decay = 0.1};
   std::uint64_t seed = 1337;
+
+  int world = 1;  // ranks; 0 under mpi: mpirun's
+  int zero = 0;   // 0: DDP; 1, 2, 3: ZeRO's stages
+  Backend backend = Backend::Auto;
+  std::size_t grad_accum = 1;  // micro-batches per step on each rank
+  double clip = 0;             // global gradient-norm limit; 0: none
+
+  std::string metrics;          // JSON lines, one per step ("" for none)
+  std::string save_dir;         // checkpoints go here ("" for none): every save_every steps and at the end
+  std::size_t save_every = 0;   // 0: only at the end
+  std::string resume;           // checkpoint (or directory of them) to continue from: weights, optimizer, step
+  std::string init;             // checkpoint whose weights start a fresh run
+  SharedFiles shared_files = SharedFiles::Auto;  // how ranks write checkpoints (safetensors.h)
+};
+
+// One rank's figures, gathered to rank 0 each step.
+struct RankStats {
+  int rank = 0;
+  dist::MemoryBytes state;  // model state held after the step (memory_bytes())
+  dist::MemoryBytes peak;   // the largest within the step: the stage-3 gather, the full gradients before the reduce
+  std::size_t peak_rss = 0;  // this process's peak resident set, bytes (the whole process under threads)
+  std::uint64_t bytes_sent = 0;     // by this rank's collectives in the step
+  std::uint64_t theory_sent = 0;    // what the mode's collectives of n values send from this rank (zero.h)
 };
 
 struct StepReport {
   std::size_t step = 0;  // from 0
   double loss = 0.0;     // mean over the global batch
+  double grad_norm = 0;  // before clipping (only when clipping)
   double seconds = 0.0;  // wall time of this step
   double tokens_per_second = 0.0;
+  std::vector<RankStats> ranks;
+};
+
+struct RunInfo {
+  Backend backend = Backend::Threads;  // resolved
+  int world = 1;
+  std::size_t start_step = 0;  // > 0 when resumed
+  std::size_t num_parameters = 0;
+  std::size_t num_windows = 0;
+  std::string corpus;
 };
 
 struct TrainSummary {
   double first_loss = 0.0;
   double last_loss = 0.0;
   double seconds = 0.0;
+  std::size_t steps_run = 0;
   std::size_t num_parameters = 0;
+  std::vector<RankStats> ranks;  // the last step's
+  std::string last_checkpoint;   // "" when none was saved
 };
 
+// What the loop calls. on_* run on rank 0 only (for printing);
+// after_step runs on every rank after each step and may make collective
+// calls on comm (the capstone check compares there).
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_start(const RunInfo& /*info*/) {}
+  virtual void on_step(const StepReport& /*report*/) {}
+  virtual void on_checkpoint(const std::string& /*path*/, std::size_t /*step*/) {}
+  virtual void on_end(const TrainSummary& /*summary*/) {}
+  virtual void after_step(dist::Comm& /*comm*/, Replica& /*replica*/, std::size_t /*step*/, double /*loss*/) {}
+};
+
+// Checks everything it can before any rank starts (the data, the model's
+// sizes, the batch against world and grad_accum, the checkpoint to resume,
+// the save directory, the metrics file), then trains. std::invalid_argument
+// naming the value for bad options; std::runtime_error naming the step for
+// a loss that is not finite. Returns rank 0's summary on every backend.
+TrainSummary train(const TrainOptions& options, TrainObserver& observer);
 TrainSummary train(const TrainOptions& options, const std::function<void(const StepReport&)>& on_step = {});
+
 
 }  // namespace tinyllm::train

@@ -1,0 +1,58 @@
+// Checkpoint: a training run's whole state in one safetensors file, as
+// DESIGN.md fixes it. Data region: the parameters (F64, GPT-2's names, in
+// parameters() order), then every "<name>.exp_avg", then every
+// "<name>.exp_avg_sq": three flat vectors of n values, so each rank writes
+// its chunk of each at its offset. The metadata holds the model's sizes,
+// the step (optimizer steps taken, which is also the data position) and
+// the run's settings. Written collectively and atomically (safetensors.h);
+// loads at any world size and stage.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tinyllm/dist/comm.h"
+#include "tinyllm/nn/gpt.h"
+#include "tinyllm/train/replica.h"
+#include "tinyllm/train/safetensors.h"
+
+namespace tinyllm::train {
+
+struct CheckpointInfo {
+  nn::GPTConfig config;
+  std::size_t step = 0;   // optimizer steps taken; the run resumes at this step of the data order
+  std::size_t batch = 0;  // the global batch the data order was cut with
+  std::uint64_t seed = 0;
+  int world = 1;  // where it was written (for the record; it loads anywhere)
+  int zero = 0;
+};
+
+// "<dir>/step-00000100.safetensors".
+std::string checkpoint_path(const std::string& dir, std::size_t step);
+// A checkpoint file as given, or the latest step-*.safetensors of a
+// directory. std::invalid_argument when there is none.
+std::string find_checkpoint(const std::string& path_or_dir);
+
+// The tensors of a checkpoint of this model, in data order.
+std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model);
+
+// Collective: every rank writes its chunk (Replica::pieces()).
+void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& replica, const CheckpointInfo& info,
+                     SharedFiles shared = SharedFiles::Auto);
+
+// The metadata, checked: std::invalid_argument naming the path and the key
+// for a file that is not a tinyllm checkpoint or holds a bad value.
+CheckpointInfo read_checkpoint_info(const SafetensorsFile& file);
+// Copies the checkpoint's parameters into the model after checking that
+// its tensors are exactly checkpoint_tensors(model): names, order, shapes.
+void load_model(const SafetensorsFile& file, const nn::GPT& model);
+
+// The largest |a − b| in each region of two checkpoints of the same model
+// (parameters, exp_avg, exp_avg_sq): how two runs compare. Throws
+// std::invalid_argument when their tensors differ in names or shapes.
+std::array<double, kNumRegions> checkpoint_diff(const SafetensorsFile& a, const SafetensorsFile& b);
+
+}  // namespace tinyllm::train

@@ -1,0 +1,40 @@
+// Metrics: what the trainer reports besides the loss. The model-state bytes
+// each mode holds per rank, in theory (what `tinyllm memory` prints, exact
+// for this program: the trainer's memory_bytes() must equal it), the bytes
+// each rank's collectives send per step in theory, the peak resident set,
+// and the JSON line --metrics writes per step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tinyllm/dist/zero.h"
+
+namespace tinyllm::train {
+
+struct StepReport;
+
+// Rank r of p's model state with AdamW over n parameter values, in bytes
+// (zero 0: DDP). `state` after a step (zero.h's table), `peak` the
+// largest within one: the stage-3 gather (n + n/p parameters) and the full
+// gradients before stages 2 and 3 reduce-scatter them.
+dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r);
+dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r);
+
+// The bytes rank r's collectives of n values send in one step, as
+// dist::Comm counts them: DDP one all_reduce; stage 1 an all_reduce and an
+// all_gather; stage 2 a reduce_scatter and an all_gather; stage 3 the
+// gather's all_gather and a reduce_scatter. (The loss and the gradient
+// norm add a few bytes of their own.)
+std::uint64_t theory_bytes_sent(int zero, std::size_t n, int p, int r);
+
+// This process's peak resident set so far, in bytes.
+std::size_t peak_rss_bytes();
+
+// {"step":…,"loss":…,"seconds":…,"tokens_per_second":…,"grad_norm":…,
+//  "ranks":[{"rank":0,"params_bytes":…,"grads_bytes":…,"optimizer_bytes":…,
+//  "peak_state_bytes":…,"peak_rss_bytes":…,"bytes_sent":…,"theory_bytes_sent":…},…]}
+std::string metrics_line(const StepReport& report);
+
+}  // namespace tinyllm::train

@@ -1,0 +1,94 @@
+// Replica: one rank's GPT and its AdamW in a data-parallel mode, the step
+// the trainer, the capstone check and the checkpoints share. Mode by
+// (comm, zero): no comm is one process alone (the reference every mode must
+// equal); zero 0 is DDP with the one-process AdamW; zero 1, 2, 3 are ZeRO's
+// stages (dist::ZeroOptimizer over an inner AdamW).
+//
+// Its state, as a checkpoint stores it, is three flat vectors of n values
+// in parameters() order: the parameters, exp_avg and exp_avg_sq, end to end
+// ("regions" 0, 1, 2 of the checkpoint's data). A rank owns the chunk
+// chunk_bounds(n, p, r) of each; under ZeRO that is exactly what it holds.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tinyllm/dist/comm.h"
+#include "tinyllm/dist/ddp.h"
+#include "tinyllm/dist/zero.h"
+#include "tinyllm/nn/gpt.h"
+#include "tinyllm/optim/adamw.h"
+#include "tinyllm/train/data.h"
+#include "tinyllm/train/safetensors.h"
+
+namespace tinyllm::train {
+
+enum class Region { Params = 0, ExpAvg = 1, ExpAvgSq = 2 };
+inline constexpr int kNumRegions = 3;
+
+class Replica {
+ public:
+  // Collective when comm is given (DDP and ZeRO broadcast rank 0's
+  // parameters). std::invalid_argument for a zero outside 0..3.
+  Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero);
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  // This rank's backward of its rows of a step: grad_accum micro-batches
+  // of equal rows, each one's mean loss scaled by 1/grad_accum. Returns
+  // the sum of the scaled losses (this rank's mean loss).
+  double backward(const Batch& batch, std::size_t grad_accum);
+
+  // Before a step's first backward: the full parameters (stage 3's gather)
+  // and no gradients.
+  void zero_grad();
+  // After the step's last backward: reduce (DDP, ZeRO), clip to a global
+  // norm of clip when clip > 0, update. Returns the gradient norm before
+  // clipping when clipping, else 0.
+  double step(double clip);
+
+  // The model-state bytes this rank holds now (ZeRO's memory_bytes(); for
+  // DDP and one process the parameters, every gradient buffer, AdamW's state).
+  dist::MemoryBytes memory_bytes() const;
+  // AdamW's step count: the optimizer steps taken (0 before the first).
+  double adam_step() const;
+
+  // Collective under ZeRO. The whole region on every rank: stage 3 gathers
+  // the parameters, the optimizer's chunks are all-gathered.
+  std::vector<double> full(Region region);
+  // This rank's chunk of every region, as pieces of the checkpoint's data
+  // region (the flat offset counts from the start of region 0).
+  std::vector<Piece> pieces() const;
+  // Loads every region's values for this rank from a checkpoint whose data
+  // region is laid out as pieces() describes, with AdamW at `adam_step`.
+  // The parameters must already hold the checkpoint's values (they are
+  // loaded into the model before the Replica is built); this loads the
+  // optimizer state.
+  void load_optimizer_state(const SafetensorsFile& file, double adam_step);
+
+  nn::GPT& model() const { return *model_; }
+  std::size_t num_parameters() const { return n_; }
+  int zero() const { return zero_; }
+  // This rank's chunk [a, b) of the flat vectors.
+  std::pair<std::size_t, std::size_t> chunk() const { return {a_, b_}; }
+
+ private:
+  // The region's values for each parameter (one process, DDP) or for the
+  // chunk (ZeRO), empty where the optimizer holds no state yet.
+  std::vector<std::span<const double>> segments(Region region) const;
+
+  std::shared_ptr<nn::GPT> model_;
+  std::vector<Tensor> params_;
+  dist::Comm* comm_;
+  int zero_;
+  std::size_t n_ = 0, a_ = 0, b_ = 0;
+  std::unique_ptr<dist::DDP> ddp_;
+  std::unique_ptr<optim::AdamW> adamw_;  // one process and DDP
+  std::unique_ptr<dist::ZeroOptimizer> zero_optimizer_;
+  std::vector<double> zeros_;  // the optimizer state before AdamW's first step
+};
+
+}  // namespace tinyllm::train

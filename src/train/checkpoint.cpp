@@ -1,0 +1,151 @@
+#include "tinyllm/train/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+
+namespace tinyllm::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFormat = "tinyllm-checkpoint-1";
+
+std::uint64_t read_number(const SafetensorsFile& file, const std::string& key) {
+  const auto it = file.metadata().find(key);
+  if (it == file.metadata().end()) {
+    throw std::invalid_argument(fmt::format("checkpoint '{}' lacks '{}' in its metadata", file.path(), key));
+  }
+  std::uint64_t value = 0;
+  const std::string& text = it->second;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size()) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}': metadata '{}' must be a whole number (got '{}')", file.path(), key, text));
+  }
+  return value;
+}
+
+std::string shape_string(const std::vector<std::size_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& dir, std::size_t step) {
+  return (fs::path(dir) / fmt::format("step-{:08}.safetensors", step)).string();
+}
+
+std::string find_checkpoint(const std::string& path_or_dir) {
+  std::error_code error;
+  if (!fs::is_directory(path_or_dir, error)) return path_or_dir;
+  std::string latest;
+  for (const auto& entry : fs::directory_iterator(path_or_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("step-") && name.ends_with(".safetensors") && entry.path().string() > latest) {
+      latest = entry.path().string();
+    }
+  }
+  if (latest.empty()) {
+    throw std::invalid_argument(fmt::format("no checkpoint (step-*.safetensors) in directory '{}'", path_or_dir));
+  }
+  return latest;
+}
+
+std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model) {
+  std::vector<TensorInfo> tensors;
+  const auto named = model.named_parameters();
+  for (const char* suffix : {"", ".exp_avg", ".exp_avg_sq"}) {
+    for (const auto& [name, p] : named) tensors.push_back({name + suffix, p.shape()});
+  }
+  return tensors;
+}
+
+void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& replica, const CheckpointInfo& info,
+                     SharedFiles shared) {
+  const nn::GPTConfig& c = info.config;
+  const Metadata metadata = {
+      {"format", kFormat},
+      {"vocab_size", std::to_string(c.vocab_size)},
+      {"block_size", std::to_string(c.block_size)},
+      {"n_layer", std::to_string(c.n_layer)},
+      {"n_head", std::to_string(c.n_head)},
+      {"n_embd", std::to_string(c.n_embd)},
+      {"step", std::to_string(info.step)},
+      {"batch", std::to_string(info.batch)},
+      {"seed", std::to_string(info.seed)},
+      {"world", std::to_string(info.world)},
+      {"zero", std::to_string(info.zero)},
+  };
+  const std::vector<Piece> pieces = replica.pieces();
+  write_safetensors(path, comm, checkpoint_tensors(replica.model()), metadata, pieces, shared);
+}
+
+CheckpointInfo read_checkpoint_info(const SafetensorsFile& file) {
+  const auto format = file.metadata().find("format");
+  if (format == file.metadata().end() || format->second != kFormat) {
+    throw std::invalid_argument(fmt::format("'{}' is a safetensors file but not a tinyllm checkpoint (format '{}')",
+                                            file.path(), format == file.metadata().end() ? "" : format->second));
+  }
+  CheckpointInfo info;
+  info.config = {.vocab_size = read_number(file, "vocab_size"),
+                 .block_size = read_number(file, "block_size"),
+                 .n_layer = read_number(file, "n_layer"),
+                 .n_head = read_number(file, "n_head"),
+                 .n_embd = read_number(file, "n_embd")};
+  info.step = read_number(file, "step");
+  info.batch = read_number(file, "batch");
+  info.seed = read_number(file, "seed");
+  info.world = static_cast<int>(read_number(file, "world"));
+  info.zero = static_cast<int>(read_number(file, "zero"));
+  try {
+    info.config.check();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("checkpoint '{}': {}", file.path(), e.what()));
+  }
+  return info;
+}
+
+void load_model(const SafetensorsFile& file, const nn::GPT& model) {
+  const std::vector<TensorInfo> expected = checkpoint_tensors(model);
+  const std::vector<TensorInfo>& held = file.tensors();
+  for (std::size_t i = 0; i < std::max(expected.size(), held.size()); ++i) {
+    if (i >= held.size() || i >= expected.size() || held[i].name != expected[i].name ||
+        held[i].shape != expected[i].shape) {
+      const std::string has = i < held.size() ? held[i].name + " " + shape_string(held[i].shape) : "nothing";
+      const std::string wants =
+          i < expected.size() ? expected[i].name + " " + shape_string(expected[i].shape) : "nothing";
+      throw std::invalid_argument(fmt::format(
+          "checkpoint '{}' does not fit this model: its tensor {} is {}, the model expects {}", file.path(), i, has,
+          wants));
+    }
+  }
+  std::size_t offset = 0;
+  for (const Tensor& p : model.parameters()) {
+    file.read(offset, p.data());
+    offset += p.numel();
+  }
+}
+
+std::array<double, kNumRegions> checkpoint_diff(const SafetensorsFile& a, const SafetensorsFile& b) {
+  const auto same = [](const TensorInfo& x, const TensorInfo& y) { return x.name == y.name && x.shape == y.shape; };
+  if (!std::equal(a.tensors().begin(), a.tensors().end(), b.tensors().begin(), b.tensors().end(), same) ||
+      a.size() % kNumRegions != 0) {
+    throw std::invalid_argument(
+        fmt::format("checkpoints '{}' and '{}' hold different tensors: not the same model", a.path(), b.path()));
+  }
+  // Region by region, so two vectors of n values are all that is held.
+  const std::size_t n = a.size() / kNumRegions;
+  std::array<double, kNumRegions> worst{};
+  std::vector<double> x(n), y(n);
+  for (std::size_t g = 0; g < kNumRegions; ++g) {
+    a.read(g * n, x);
+    b.read(g * n, y);
+    for (std::size_t i = 0; i < n; ++i) worst[g] = std::max(worst[g], std::abs(x[i] - y[i]));
+  }
+  return worst;
+}
+
+}  // namespace tinyllm::train

@@ -1,0 +1,75 @@
+#include "tinyllm/train/metrics.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include "tinyllm/dist/chunk.h"
+#include "tinyllm/train/trainer.h"
+
+namespace tinyllm::train {
+namespace {
+
+constexpr std::size_t kDouble = sizeof(double);
+constexpr std::size_t kAdamWState = 2;  // exp_avg, exp_avg_sq
+
+dist::MemoryBytes bytes(std::size_t params, std::size_t grads, std::size_t optimizer) {
+  return {.params = params * kDouble, .grads = grads * kDouble, .optimizer = optimizer * kDouble};
+}
+
+std::size_t chunk_length(std::size_t n, int p, int r) {
+  const auto [a, b] = dist::chunk_bounds(n, p, r);
+  return b - a;
+}
+
+}  // namespace
+
+dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r) {
+  const std::size_t c = chunk_length(n, p, r), K = kAdamWState;
+  switch (zero) {
+    case 0: return bytes(n, n, K * n);
+    case 1: return bytes(n, n + c, K * c + c);  // the master chunk beside the full parameters
+    case 2: return bytes(n, c, K * c + c);
+    default: return bytes(c, c, K * c);  // the master chunk is the parameters
+  }
+}
+
+dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r) {
+  const std::size_t c = chunk_length(n, p, r), K = kAdamWState;
+  switch (zero) {
+    case 0: return bytes(n, n, K * n);
+    case 1: return bytes(n, n + c, K * c + c);
+    case 2: return bytes(n, n, K * c + c);
+    default: return bytes(n + c, n, K * c);
+  }
+}
+
+std::uint64_t theory_bytes_sent(int zero, std::size_t n, int p, int r) {
+  const std::uint64_t c = chunk_length(n, p, r), q = static_cast<std::uint64_t>(p);
+  const std::uint64_t reduce_scatter = (n - c) * kDouble, all_gather = (q - 1) * c * kDouble;
+  const std::uint64_t all_reduce = reduce_scatter + all_gather;
+  if (p == 1) return 0;
+  return zero == 1 ? all_reduce + all_gather : reduce_scatter + all_gather;
+}
+
+std::size_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::string metrics_line(const StepReport& report) {
+  std::string ranks;
+  for (const RankStats& s : report.ranks) {
+    ranks += fmt::format(
+        "{}{{\"rank\":{},\"params_bytes\":{},\"grads_bytes\":{},\"optimizer_bytes\":{},\"peak_state_bytes\":{},"
+        "\"peak_rss_bytes\":{},\"bytes_sent\":{},\"theory_bytes_sent\":{}}}",
+        ranks.empty() ? "" : ",", s.rank, s.state.params, s.state.grads, s.state.optimizer, s.peak.total(),
+        s.peak_rss, s.bytes_sent, s.theory_sent);
+  }
+  return fmt::format(
+      "{{\"step\":{},\"loss\":{:.17g},\"seconds\":{:.9g},\"tokens_per_second\":{:.9g},\"grad_norm\":{:.17g},"
+      "\"ranks\":[{}]}}",
+      report.step, report.loss, report.seconds, report.tokens_per_second, report.grad_norm, ranks);
+}
+
+}  // namespace tinyllm::train

@@ -1,0 +1,187 @@
+#include "tinyllm/train/replica.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "tinyllm/dist/chunk.h"
+#include "tinyllm/optim/clip_grad.h"
+
+namespace tinyllm::train {
+namespace {
+
+const char* state_name(Region region) { return region == Region::ExpAvg ? "exp_avg" : "exp_avg_sq"; }
+
+// The state dict's tensor "<index>.<field>", or an empty span before the first step.
+std::span<const double> state_tensor(const optim::StateDict& state, std::size_t index, const char* field) {
+  const std::string name = fmt::format("{}.{}", index, field);
+  for (const auto& [key, tensor] : state.tensors) {
+    if (key == name) return tensor.data();
+  }
+  return {};
+}
+
+double state_step(const optim::StateDict& state) {
+  for (const auto& [key, value] : state.scalars) {
+    if (key == "0.step") return value;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero)
+    : model_(std::move(model)), params_(model_->parameters()), comm_(comm), zero_(zero) {
+  if (zero_ < 0 || zero_ > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", zero_));
+  if (!comm_ && zero_ != 0) throw std::invalid_argument("Replica: one process alone has no ZeRO stage");
+  n_ = model_->num_parameters();
+  std::tie(a_, b_) = comm_ ? dist::chunk_bounds(n_, comm_->size(), comm_->rank()) : std::pair{std::size_t{0}, n_};
+  std::size_t longest = b_ - a_;
+  if (zero_ == 0) {
+    if (comm_) ddp_ = std::make_unique<dist::DDP>(model_, *comm_);
+    adamw_ = std::make_unique<optim::AdamW>(params_, adamw);
+    for (const Tensor& p : params_) longest = std::max(longest, p.numel());
+  } else {
+    zero_optimizer_ = std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw), params_, *comm_, zero_);
+  }
+  zeros_.assign(longest, 0.0);
+}
+
+Replica::~Replica() = default;
+
+double Replica::backward(const Batch& batch, std::size_t grad_accum) {
+  const std::size_t T = batch.seq, rows = batch.batch / grad_accum;
+  double loss_sum = 0;
+  for (std::size_t m = 0; m < grad_accum; ++m) {
+    const std::span<const int> inputs = std::span(batch.inputs).subspan(m * rows * T, rows * T);
+    const std::span<const int> targets = std::span(batch.targets).subspan(m * rows * T, rows * T);
+    Tensor loss = model_->loss(inputs, targets, rows, T);
+    if (grad_accum > 1) loss = loss * (1.0 / static_cast<double>(grad_accum));
+    loss_sum += loss.item();
+    loss.backward();
+  }
+  return loss_sum;
+}
+
+void Replica::zero_grad() {
+  if (zero_optimizer_) {
+    zero_optimizer_->gather();
+    zero_optimizer_->zero_grad();
+  } else {
+    adamw_->zero_grad();
+  }
+}
+
+double Replica::step(double clip) {
+  double norm = 0;
+  if (zero_optimizer_) {
+    if (clip > 0) norm = zero_optimizer_->clip_grad_norm(clip);
+    zero_optimizer_->step();
+    return norm;
+  }
+  if (ddp_) ddp_->sync_grads();
+  if (clip > 0) norm = optim::clip_grad_norm(params_, clip);
+  adamw_->step();
+  return norm;
+}
+
+dist::MemoryBytes Replica::memory_bytes() const {
+  if (zero_optimizer_) return zero_optimizer_->memory_bytes();
+  std::size_t grads = 0;
+  for (const Tensor& p : params_) grads += p.grad().size() * sizeof(double);
+  if (ddp_) grads = ddp_->grad_bytes();
+  return {.params = n_ * sizeof(double), .grads = grads, .optimizer = adamw_->state_dict().bytes()};
+}
+
+double Replica::adam_step() const {
+  return state_step(zero_optimizer_ ? zero_optimizer_->inner().state_dict() : adamw_->state_dict());
+}
+
+std::vector<std::span<const double>> Replica::segments(Region region) const {
+  std::vector<std::span<const double>> out;
+  if (zero_optimizer_) {
+    out.push_back(region == Region::Params
+                      ? zero_optimizer_->master_chunk().data()
+                      : state_tensor(zero_optimizer_->inner().state_dict(), 0, state_name(region)));
+    return out;
+  }
+  const optim::StateDict state = region == Region::Params ? optim::StateDict{} : adamw_->state_dict();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    out.push_back(region == Region::Params ? params_[i].data() : state_tensor(state, i, state_name(region)));
+  }
+  return out;
+}
+
+std::vector<double> Replica::full(Region region) {
+  std::vector<double> out(n_);
+  if (zero_optimizer_ && region != Region::Params) {
+    const std::span<const double> chunk = segments(region)[0];
+    comm_->all_gather(chunk.empty() ? std::span<const double>(zeros_).first(b_ - a_) : chunk, out);
+    return out;
+  }
+  if (zero_optimizer_) zero_optimizer_->gather();
+  const std::vector<std::span<const double>> segs =
+      region == Region::Params || zero_optimizer_ ? std::vector<std::span<const double>>() : segments(region);
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    // Before AdamW's first step its state is empty: zeros, as out starts.
+    const std::span<const double> values = region == Region::Params ? params_[i].data() : segs[i];
+    std::copy(values.begin(), values.end(), out.begin() + static_cast<std::ptrdiff_t>(offset));
+    offset += params_[i].numel();
+  }
+  return out;
+}
+
+std::vector<Piece> Replica::pieces() const {
+  std::vector<Piece> out;
+  for (int g = 0; g < kNumRegions; ++g) {
+    const std::size_t base = static_cast<std::size_t>(g) * n_;
+    const std::vector<std::span<const double>> segs = segments(static_cast<Region>(g));
+    if (zero_optimizer_) {
+      out.push_back({base + a_, segs[0].empty() ? std::span<const double>(zeros_).first(b_ - a_) : segs[0]});
+      continue;
+    }
+    // One process and DDP hold every parameter: write the part of each
+    // that falls in this rank's chunk, so the ranks share the writing.
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const std::size_t numel = params_[i].numel();
+      const std::size_t first = std::max(offset, a_), last = std::min(offset + numel, b_);
+      if (first < last) {
+        const std::span<const double> values = segs[i].empty() ? std::span<const double>(zeros_) : segs[i];
+        out.push_back({base + first, values.subspan(first - offset, last - first)});
+      }
+      offset += numel;
+    }
+  }
+  return out;
+}
+
+void Replica::load_optimizer_state(const SafetensorsFile& file, double adam_step) {
+  if (adam_step == 0) return;  // AdamW starts afresh, as before its first step
+  optim::StateDict state;
+  const auto read = [&](Region region, std::size_t first, std::vector<std::size_t> shape) {
+    Tensor t = Tensor::empty(std::move(shape));
+    file.read(static_cast<std::size_t>(region) * n_ + first, t.data());
+    return t;
+  };
+  if (zero_optimizer_) {
+    state.tensors.emplace_back("0.exp_avg", read(Region::ExpAvg, a_, {b_ - a_}));
+    state.tensors.emplace_back("0.exp_avg_sq", read(Region::ExpAvgSq, a_, {b_ - a_}));
+    state.scalars.emplace_back("0.step", adam_step);
+    zero_optimizer_->inner().load_state_dict(state);
+    return;
+  }
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    state.tensors.emplace_back(fmt::format("{}.exp_avg", i), read(Region::ExpAvg, offset, params_[i].shape()));
+    state.tensors.emplace_back(fmt::format("{}.exp_avg_sq", i), read(Region::ExpAvgSq, offset, params_[i].shape()));
+    state.scalars.emplace_back(fmt::format("{}.step", i), adam_step);
+    offset += params_[i].numel();
+  }
+  adamw_->load_state_dict(state);
+}
+
+}  // namespace tinyllm::train

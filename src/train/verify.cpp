@@ -1,0 +1,131 @@
+#include "tinyllm/train/verify.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include "tinyllm/train/checkpoint.h"
+
+namespace tinyllm::train {
+namespace {
+
+double max_diff(const std::vector<double>& x, const std::vector<double>& y) {
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  return worst;
+}
+
+// FNV-1a over the bits, to compare ranks without sending the vectors.
+std::uint64_t hash_bits(const std::vector<double>& values, std::uint64_t h) {
+  for (double v : values) {
+    const auto bits = std::bit_cast<std::uint64_t>(v);
+    for (int i = 0; i < 64; i += 8) h = (h ^ ((bits >> i) & 0xff)) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
+class VerifyObserver final : public TrainObserver {
+ public:
+  VerifyObserver(const TrainOptions& options, const Corpus& corpus, const std::function<void(const RunInfo&)>& on_start,
+                 const std::function<void(const VerifyStep&)>& on_step, double tolerance)
+      : options_(options), corpus_(corpus), on_start_(on_start), on_step_(on_step), tolerance_(tolerance) {}
+
+  void on_start(const RunInfo& info) override {
+    if (on_start_) on_start_(info);
+  }
+
+  void after_step(dist::Comm& comm, Replica& replica, std::size_t step, double loss) override {
+    // Every rank: its full state (collective under ZeRO) and the hash of its bits.
+    std::vector<std::vector<double>> mine;
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (Region region : {Region::Params, Region::ExpAvg, Region::ExpAvgSq}) {
+      mine.push_back(replica.full(region));
+      h = hash_bits(mine.back(), h);
+    }
+    std::vector<double> hashes(static_cast<std::size_t>(comm.size()));
+    const double own = std::bit_cast<double>(h);
+    comm.all_gather({&own, 1}, hashes);
+
+    // Rank 0: the one-process step, then the differences, sent to every
+    // rank so that all agree on the verdict.
+    // Rank 0 alone writes this object's members (the ranks may be threads).
+    std::vector<double> verdict(7, 0.0);  // 5 figures, then the first failure and its size
+    if (comm.rank() == 0) {
+      const double reference_loss = reference_step(step);
+      verdict = {std::abs(loss - reference_loss), max_diff(mine[0], reference_->full(Region::Params)),
+                 max_diff(mine[1], reference_->full(Region::ExpAvg)),
+                 max_diff(mine[2], reference_->full(Region::ExpAvgSq)), 1.0};
+      for (double q : hashes) {
+        if (std::bit_cast<std::uint64_t>(q) != h) verdict[4] = 0.0;
+      }
+      const double worst = std::max({verdict[0], verdict[1], verdict[2], verdict[3]});
+      if (first_failure_ < 0 && (!(worst <= tolerance_) || verdict[4] == 0.0)) {
+        first_failure_ = static_cast<double>(step);
+        failure_worst_ = worst;
+      }
+      verdict.push_back(first_failure_);
+      verdict.push_back(failure_worst_);
+    }
+    comm.broadcast(verdict, 0);
+    const VerifyStep result{.step = step, .loss = loss, .loss_diff = verdict[0], .params_diff = verdict[1],
+                            .exp_avg_diff = verdict[2], .exp_avg_sq_diff = verdict[3], .same_bits = verdict[4] == 1.0};
+    if (comm.rank() == 0 && on_step_) on_step_(result);
+    if (step + 1 == options_.steps && verdict[5] >= 0) {
+      throw std::runtime_error(fmt::format(
+          "verify failed: from step {} on, the ranks differ from one process by up to {:.3g} (tolerance {:.0e}) or "
+          "do not hold the same bits",
+          verdict[5], verdict[6], tolerance_));
+    }
+  }
+
+ private:
+  // The one-process run, built at its first step from what the ranks
+  // started from.
+  double reference_step(std::size_t step) {
+    if (!reference_) {
+      auto model = std::make_shared<nn::GPT>(options_.model, options_.seed);
+      std::optional<SafetensorsFile> from;
+      const std::string& start = options_.resume.empty() ? options_.init : options_.resume;
+      if (!start.empty()) {
+        from = SafetensorsFile::open(find_checkpoint(start));
+        load_model(*from, *model);
+      }
+      reference_ = std::make_unique<Replica>(model, options_.adamw, nullptr, 0);
+      if (!options_.resume.empty()) reference_->load_optimizer_state(*from, static_cast<double>(step));
+    }
+    reference_->zero_grad();
+    const double loss = reference_->backward(
+        corpus_.batch(step, options_.batch, options_.model.block_size), options_.grad_accum);
+    reference_->step(options_.clip);
+    return loss;
+  }
+
+  const TrainOptions& options_;
+  const Corpus& corpus_;
+  const std::function<void(const RunInfo&)>& on_start_;
+  const std::function<void(const VerifyStep&)>& on_step_;
+  double tolerance_;
+  std::unique_ptr<Replica> reference_;
+  double first_failure_ = -1;  // the first step that failed
+  double failure_worst_ = 0;
+};
+
+}  // namespace
+
+double VerifyStep::worst() const { return std::max({loss_diff, params_diff, exp_avg_diff, exp_avg_sq_diff}); }
+
+void verify(const TrainOptions& options, const std::function<void(const RunInfo&)>& on_start,
+            const std::function<void(const VerifyStep&)>& on_step, double tolerance) {
+  const Corpus corpus = Corpus::load(options.data);
+  VerifyObserver observer(options, corpus, on_start, on_step, tolerance);
+  train(options, observer);
+}
+
+}  // namespace tinyllm::train

@@ -1,0 +1,203 @@
+#include <gtest/gtest.h>
+#include <tinyllm/train/checkpoint.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "support/expect_throw.h"
+#include "train_testing.h"
+
+namespace tinyllm::train {
+namespace {
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+double max_diff(const std::vector<double>& x, const std::vector<double>& y) {
+  EXPECT_EQ(x.size(), y.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < std::min(x.size(), y.size()); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  return worst;
+}
+
+// A run of 6 steps saving at 3 and 6, in the given mode.
+TrainOptions saving_run(const testing::ScratchDir& dir, const std::string& name, int world, int zero) {
+  TrainOptions o = testing::tiny_run(world, zero);
+  o.steps = 6;
+  o.save_dir = dir / name;
+  o.save_every = 3;
+  return o;
+}
+
+TEST(CheckpointTest, HoldsTheModelUnderGpt2NamesThenTheOptimizerState) {
+  const testing::ScratchDir dir("tinyllm-ckpt-names");
+  const TrainOptions o = saving_run(dir, "a", 2, 3);
+  const TrainSummary s = train(o);
+  EXPECT_EQ(s.last_checkpoint, checkpoint_path(o.save_dir, 6));
+  const SafetensorsFile file = SafetensorsFile::open(s.last_checkpoint);
+  const std::size_t n = o.model.num_parameters();
+  ASSERT_EQ(file.size(), 3 * n);
+  ASSERT_EQ(file.tensors().size(), 3 * (2 + 2 * 12 + 2));
+  EXPECT_EQ(file.tensors()[0].name, "wte.weight");
+  EXPECT_EQ(file.tensors()[0].shape, (std::vector<std::size_t>{256, 16}));
+  EXPECT_EQ(file.tensors()[2].name, "h.0.ln_1.weight");
+  EXPECT_EQ(file.tensors()[4].name, "h.0.attn.c_attn.weight");
+  EXPECT_EQ(file.tensors()[4].shape, (std::vector<std::size_t>{48, 16}));
+  EXPECT_EQ(file.tensors()[27].name, "ln_f.bias");
+  EXPECT_EQ(file.tensors()[28].name, "wte.weight.exp_avg");
+  EXPECT_EQ(file.offset("wte.weight.exp_avg"), n);
+  EXPECT_EQ(file.offset("wte.weight.exp_avg_sq"), 2 * n);
+  const CheckpointInfo info = read_checkpoint_info(file);
+  EXPECT_EQ(info.step, 6u);
+  EXPECT_EQ(info.batch, 24u);
+  EXPECT_EQ(info.world, 2);
+  EXPECT_EQ(info.zero, 3);
+  EXPECT_EQ(info.config.n_embd, 16u);
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(o.save_dir, 3)));
+  // Nothing but the two checkpoints: no temporary file left behind.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(o.save_dir), {}), 2);
+}
+
+// Resuming from step 3 writes, at step 6, the uninterrupted run's file
+// byte for byte: parameters, optimizer state, step and data position.
+TEST(CheckpointTest, AResumedRunContinuesBitIdentically) {
+  for (int zero = 0; zero <= 3; ++zero) {
+    for (Backend backend : {Backend::Threads, Backend::Procs}) {
+      SCOPED_TRACE(::testing::Message() << "zero " << zero << " on " << backend_name(backend));
+      const testing::ScratchDir dir("tinyllm-ckpt-resume");
+      TrainOptions whole = saving_run(dir, "whole", 3, zero);
+      whole.backend = backend;
+      train(whole);
+      TrainOptions resumed = whole;
+      resumed.save_dir = dir / "resumed";
+      resumed.resume = checkpoint_path(whole.save_dir, 3);
+      const TrainSummary s = train(resumed);
+      EXPECT_EQ(s.steps_run, 3u);
+      EXPECT_EQ(bytes_of(checkpoint_path(resumed.save_dir, 6)), bytes_of(checkpoint_path(whole.save_dir, 6)));
+    }
+  }
+}
+
+// A checkpoint written by 4 ranks in stage 3 resumes on 1, 2 or 3 ranks in
+// any mode and continues equal to the uninterrupted run to 1e-10.
+TEST(CheckpointTest, ResumesAtAnyWorldAndStage) {
+  const testing::ScratchDir dir("tinyllm-ckpt-reshard");
+  const TrainOptions whole = saving_run(dir, "whole", 4, 3);
+  train(whole);
+  const std::vector<double> expected = testing::read_all(checkpoint_path(whole.save_dir, 6));
+  for (int world = 1; world <= 3; ++world) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      SCOPED_TRACE(::testing::Message() << "world " << world << ", zero " << zero);
+      TrainOptions o = testing::tiny_run(world, zero);
+      o.steps = 6;
+      o.save_dir = dir / "resumed";
+      o.resume = checkpoint_path(whole.save_dir, 3);
+      train(o);
+      EXPECT_LE(max_diff(testing::read_all(checkpoint_path(o.save_dir, 6)), expected), 1e-10);
+    }
+  }
+}
+
+TEST(CheckpointTest, GatheringThroughRankZeroWritesTheSameFile) {
+  const testing::ScratchDir dir("tinyllm-ckpt-gather");
+  TrainOptions shared = saving_run(dir, "shared", 3, 2);
+  train(shared);
+  TrainOptions gathered = saving_run(dir, "gathered", 3, 2);
+  gathered.shared_files = SharedFiles::No;
+  train(gathered);
+  EXPECT_EQ(bytes_of(checkpoint_path(gathered.save_dir, 6)), bytes_of(checkpoint_path(shared.save_dir, 6)));
+}
+
+TEST(CheckpointTest, InitTakesTheWeightsAndStartsAfresh) {
+  const testing::ScratchDir dir("tinyllm-ckpt-init");
+  train(saving_run(dir, "source", 2, 0));
+  const std::string source = checkpoint_path(dir / "source", 3);
+  TrainOptions o = testing::tiny_run(2, 1);
+  o.init = source;
+  o.steps = 1;
+  o.adamw.lr = 0;  // AdamW with no step size leaves the weights as they came
+  o.save_dir = dir / "init";
+  const TrainSummary s = train(o);
+  EXPECT_EQ(s.steps_run, 1u);
+  const SafetensorsFile started = SafetensorsFile::open(checkpoint_path(o.save_dir, 1));
+  EXPECT_EQ(read_checkpoint_info(started).step, 1u);
+  const std::size_t n = o.model.num_parameters();
+  std::vector<double> theirs(n), ours(n);
+  SafetensorsFile::open(source).read(0, theirs);
+  started.read(0, ours);
+  EXPECT_EQ(ours, theirs);
+}
+
+TEST(CheckpointTest, LatestInADirectoryIsFound) {
+  const testing::ScratchDir dir("tinyllm-ckpt-latest");
+  train(saving_run(dir, "a", 1, 0));
+  EXPECT_EQ(find_checkpoint(dir / "a"), checkpoint_path(dir / "a", 6));
+  EXPECT_THROW_WITH(find_checkpoint(dir.path().string()), std::invalid_argument, "no checkpoint (step-*.safetensors)");
+}
+
+TEST(CheckpointTest, DiffNamesTheLargestDifferenceOfEachRegion) {
+  const testing::ScratchDir dir("tinyllm-ckpt-diff");
+  train(saving_run(dir, "a", 2, 1));
+  const SafetensorsFile three = SafetensorsFile::open(checkpoint_path(dir / "a", 3));
+  const SafetensorsFile six = SafetensorsFile::open(checkpoint_path(dir / "a", 6));
+  EXPECT_EQ(checkpoint_diff(six, six), (std::array<double, 3>{0, 0, 0}));
+  const std::vector<double> x = testing::read_all(three.path()), y = testing::read_all(six.path());
+  const std::size_t n = x.size() / 3;
+  std::array<double, 3> expected{};
+  for (std::size_t i = 0; i < x.size(); ++i) expected[i / n] = std::max(expected[i / n], std::abs(x[i] - y[i]));
+  EXPECT_EQ(checkpoint_diff(three, six), expected);
+  EXPECT_GT(expected[0], 0);
+  TrainOptions wider = testing::tiny_run(1, 0);
+  wider.model.n_embd = 32;
+  wider.steps = 1;
+  wider.save_dir = dir / "b";
+  train(wider);
+  EXPECT_THROW_WITH(checkpoint_diff(six, SafetensorsFile::open(checkpoint_path(dir / "b", 1))),
+                    std::invalid_argument, "hold different tensors");
+}
+
+TEST(CheckpointTest, RefusesACorruptTruncatedOrMismatchedCheckpoint) {
+  const testing::ScratchDir dir("tinyllm-ckpt-bad");
+  train(saving_run(dir, "a", 2, 2));
+  const std::string good = checkpoint_path(dir / "a", 3);
+  const std::string bytes = bytes_of(good);
+
+  TrainOptions o = testing::tiny_run(2, 2);
+  o.steps = 6;
+  o.save_dir = dir / "out";
+  const auto resume_from = [&](const std::string& contents) {
+    const std::string path = dir / "bad.safetensors";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+    o.resume = path;
+    train(o);
+  };
+  std::string flipped = bytes;
+  flipped[flipped.size() - 100] ^= 0x10;
+  EXPECT_THROW_WITH(resume_from(flipped), std::invalid_argument, "checksum");
+  EXPECT_THROW_WITH(resume_from(bytes.substr(0, bytes.size() - 8)), std::invalid_argument, "truncated");
+  EXPECT_THROW_WITH(resume_from(bytes.substr(0, 5)), std::invalid_argument, "bad.safetensors");
+
+  o.resume = good;
+  o.model.n_embd = 32;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "holds a model of --layers 2 --heads 2 --width 16");
+  o = testing::tiny_run(2, 2);
+  o.steps = 6;
+  o.resume = good;
+  o.batch = 12;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "was trained with --batch 24");
+  o.batch = 24;
+  o.steps = 2;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "is at step 3, past --steps 2");
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/step-00000006.safetensors"));
+}
+
+}  // namespace
+}  // namespace tinyllm::train

@@ -1,0 +1,46 @@
+#include <gtest/gtest.h>
+#include <tinyllm/train/verify.h>
+
+#include <atomic>
+#include <vector>
+
+#include "support/expect_throw.h"
+#include "train_testing.h"
+
+namespace tinyllm::train {
+namespace {
+
+// The capstone check in the library, on threads (the command's matrix runs
+// it on processes): every mode at 3 ranks with accumulation and clipping
+// reports every step, each within the tolerance and with identical bits.
+TEST(VerifyTest, EveryModeMatchesOneProcessAtEveryStep) {
+  for (int zero = 0; zero <= 3; ++zero) {
+    SCOPED_TRACE(::testing::Message() << "zero " << zero);
+    TrainOptions o = testing::tiny_run(3, zero);
+    o.grad_accum = 2;
+    o.clip = 0.01;
+    std::vector<VerifyStep> steps;
+    verify(o, {}, [&](const VerifyStep& v) { steps.push_back(v); });
+    ASSERT_EQ(steps.size(), o.steps);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_EQ(steps[i].step, i);
+      EXPECT_LE(steps[i].worst(), kVerifyTolerance);
+      EXPECT_TRUE(steps[i].same_bits);
+      EXPECT_GT(steps[i].loss, 0.0);
+    }
+  }
+}
+
+// The check can fail: below any possible difference, every rank throws
+// after the last step, naming the first step that failed.
+TEST(VerifyTest, ADifferenceAboveTheToleranceFailsOnEveryRank) {
+  TrainOptions o = testing::tiny_run(2, 1);
+  o.steps = 2;
+  std::atomic<int> reported = 0;
+  EXPECT_THROW_WITH(verify(o, {}, [&](const VerifyStep&) { ++reported; }, -1.0), std::runtime_error,
+                    "verify failed: from step 0 on");
+  EXPECT_EQ(reported, 2);
+}
+
+}  // namespace
+}  // namespace tinyllm::train
