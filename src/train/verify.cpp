@@ -56,7 +56,7 @@ class VerifyObserver final : public TrainObserver {
     // Rank 0: the one-process step, then the differences, sent to every
     // rank so that all agree on the verdict.
     // Rank 0 alone writes this object's members (the ranks may be threads).
-    std::vector<double> verdict(7, 0.0);  // 5 figures, then the first failure and its size
+    std::vector<double> verdict(8, 0.0);  // 5 figures, then the first failing step, its difference and bits
     if (comm.rank() == 0) {
       const double reference_loss = reference_step(step);
       verdict = {std::abs(loss - reference_loss), max_diff(mine[0], reference_->full(Region::Params)),
@@ -69,19 +69,20 @@ class VerifyObserver final : public TrainObserver {
       if (first_failure_ < 0 && (!(worst <= tolerance_) || verdict[4] == 0.0)) {
         first_failure_ = static_cast<double>(step);
         failure_worst_ = worst;
+        failure_bits_ = verdict[4];
       }
-      verdict.push_back(first_failure_);
-      verdict.push_back(failure_worst_);
+      verdict.insert(verdict.end(), {first_failure_, failure_worst_, failure_bits_});
     }
     comm.broadcast(verdict, 0);
     const VerifyStep result{.step = step, .loss = loss, .loss_diff = verdict[0], .params_diff = verdict[1],
                             .exp_avg_diff = verdict[2], .exp_avg_sq_diff = verdict[3], .same_bits = verdict[4] == 1.0};
     if (comm.rank() == 0 && on_step_) on_step_(result);
     if (step + 1 == options_.steps && verdict[5] >= 0) {
-      throw std::runtime_error(fmt::format(
-          "verify failed: from step {} on, the ranks differ from one process by up to {:.3g} (tolerance {:.0e}) or "
-          "do not hold the same bits",
-          verdict[5], verdict[6], tolerance_));
+      throw std::runtime_error(
+          verdict[7] == 0.0
+              ? fmt::format("verify failed: at step {} the ranks do not hold the same bits", verdict[5])
+              : fmt::format("verify failed: at step {} the ranks differ from one process by {:.3g} (tolerance {:.0e})",
+                            verdict[5], verdict[6], tolerance_));
     }
   }
 
@@ -115,6 +116,7 @@ class VerifyObserver final : public TrainObserver {
   std::unique_ptr<Replica> reference_;
   double first_failure_ = -1;  // the first step that failed
   double failure_worst_ = 0;
+  double failure_bits_ = 1;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <tinyllm/train/verify.h>
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -38,8 +39,21 @@ TEST(VerifyTest, ADifferenceAboveTheToleranceFailsOnEveryRank) {
   o.steps = 2;
   std::atomic<int> reported = 0;
   EXPECT_THROW_WITH(verify(o, {}, [&](const VerifyStep&) { ++reported; }, -1.0), std::runtime_error,
-                    "verify failed: from step 0 on");
+                    "verify failed: at step 0 the ranks differ from one process by ");
   EXPECT_EQ(reported, 2);
+}
+
+// The check compares two real computations: three ranks sum in another
+// order than one process, so some figure differs in its last bits, and a
+// tolerance below that difference fails.
+TEST(VerifyTest, MeasuresTheRoundingDifferenceOfRealRanks) {
+  TrainOptions o = testing::tiny_run(3, 2);
+  o.steps = 3;
+  double worst = 0;
+  verify(o, {}, [&](const VerifyStep& v) { worst = std::max(worst, v.worst()); });
+  ASSERT_GT(worst, 0.0);
+  EXPECT_LT(worst, 1e-13);
+  EXPECT_THROW_WITH(verify(o, {}, {}, worst / 2), std::runtime_error, "verify failed");
 }
 
 }  // namespace
