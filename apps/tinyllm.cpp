@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
 
   train::TrainOptions verify_options;
   std::string verify_backend = "auto";
+  verify_options.steps = 50;  // twice the work of a run, on rank 0: keep the default check near a minute
   verify_options.world = 4;
   verify_options.zero = 2;
   CLI::App* verify = app.add_subcommand("verify", "train on P ranks and one process side by side; exit 1 above 1e-10");
