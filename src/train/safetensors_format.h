@@ -1,0 +1,58 @@
+// The safetensors format as the writer and the reader share it (internal, not
+// installed): the header's layout, with the checksum's 16 digits at a fixed
+// byte, the checksum of the data region, and whole-range pread/pwrite. The
+// data is never parsed as text. Reference: https://github.com/huggingface/safetensors
+// (its writer pads the header with spaces to a multiple of 8, as this one does).
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tinyllm/train/safetensors.h"
+
+namespace tinyllm::train::detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; this host would need swaps");
+
+using Json = nlohmann::ordered_json;  // keeps the tensors in data order
+
+inline constexpr std::size_t kMaxHeader = 100'000'000;       // the reference reader's limit
+inline constexpr std::size_t kBlock = std::size_t{1} << 16;  // doubles per gathered broadcast, per checksum read
+// The header opens with the checksum, so its 16 digits sit at a fixed byte.
+inline constexpr std::string_view kOpening = R"({"__metadata__":{"checksum":")";
+inline constexpr std::size_t kChecksumAt = 8 + kOpening.size();
+inline constexpr std::size_t kDigits = 16;
+
+// The checksum: the sum mod 2^64, over the data region's 8-byte words w_i,
+// of mix64(w_i ^ i·φ), mix64 being splitmix64's finalizer and φ the odd
+// golden-ratio constant. A sum, so each rank hashes the words it writes and
+// the partial sums add up; the position makes moved words count. values are
+// the words from word `first` on.
+std::uint64_t checksum(std::span<const double> values, std::size_t first);
+
+std::string hex(std::uint64_t value);  // 16 lowercase digits, as the checksum is stored
+
+// Whole ranges, over short transfers: 0, or the errno (ENODATA at an early end).
+int write_all(int fd, const void* data, std::size_t bytes, std::size_t at);
+int read_all(int fd, void* data, std::size_t bytes, std::size_t at);
+
+inline bool multiply(std::size_t a, std::size_t b, std::size_t& out) { return !__builtin_mul_overflow(a, b, &out); }
+
+// What a writer needs to know of its tensors: the header (8 + N bytes,
+// checksum digits zero) and the data region's length n, or why not.
+struct Layout {
+  std::string header;
+  std::size_t n = 0;
+  std::string problem;
+};
+
+Layout lay_out(const std::vector<TensorInfo>& tensors, const Metadata& metadata);
+
+}  // namespace tinyllm::train::detail
