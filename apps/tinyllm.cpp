@@ -38,7 +38,9 @@ struct ModelFlags {
 
 ModelFlags add_model(CLI::App& app, nn::GPTConfig& m) {
   return {{
-      app.add_option("--layers", m.n_layer, "transformer blocks (L)")->capture_default_str()->check(CLI::PositiveNumber),
+      app.add_option("--layers", m.n_layer, "transformer blocks (L)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber),
       app.add_option("--heads", m.n_head, "attention heads (H)")->capture_default_str()->check(CLI::PositiveNumber),
       app.add_option("--width", m.n_embd, "embedding width (C)")->capture_default_str()->check(CLI::PositiveNumber),
       app.add_option("--seq", m.block_size, "context length (T)")->capture_default_str()->check(CLI::PositiveNumber),
@@ -55,8 +57,8 @@ struct RunFlags {
 RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
   RunFlags flags{.model = add_model(app, o.model)};
   app.add_option("--data", o.data, "corpus file, one token per byte")->capture_default_str();
-  flags.batch = app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  flags.batch =
+      app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "optimizer steps (a resumed run counts its earlier ones)")->capture_default_str();
   app.add_option("--lr", o.adamw.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
@@ -64,11 +66,14 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
   app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2")->capture_default_str();
   app.add_option("--eps", o.adamw.eps, "AdamW eps")->capture_default_str();
   flags.seed = app.add_option("--seed", o.seed, "initialisation seed")->capture_default_str();
-  flags.world = app.add_option("--world", o.world, "ranks (under mpirun: its -n, the default there)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  flags.world = app.add_option("--world", o.world, "ranks (under mpirun: its -n, the default there)")
+                    ->capture_default_str()
+                    ->check(CLI::NonNegativeNumber);
   app.add_option("--zero", o.zero, "0: DDP; 1, 2, 3: ZeRO stage")->capture_default_str()->check(CLI::Range(0, 3));
   app.add_option("--backend", backend, "auto, threads, procs or mpi")->capture_default_str();
-  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
   app.add_option("--init", o.init, "start from this checkpoint's weights (fresh optimizer, step 0)");
   return flags;
@@ -102,8 +107,7 @@ class Printer final : public train::TrainObserver {
     live_ = isatty(STDOUT_FILENO) != 0 && info.backend != train::Backend::Mpi;
     fmt::print("tinyllm train: L={} H={} C={} T={}, {} parameters, on {} ({} windows), batch {}, steps {}..{}\n",
                options_.model.n_layer, options_.model.n_head, options_.model.n_embd, options_.model.block_size,
-               info.num_parameters, info.corpus, info.num_windows, options_.batch, info.start_step + 1,
-               options_.steps);
+               info.num_parameters, info.corpus, info.num_windows, options_.batch, info.start_step + 1, options_.steps);
     fmt::print("{} on {} rank{} ({}){}\n", mode_name(options_.zero), info.world, info.world == 1 ? "" : "s",
                train::backend_name(info.backend),
                options_.grad_accum > 1 ? fmt::format(", {} micro-batches per step", options_.grad_accum) : "");
@@ -115,8 +119,8 @@ class Printer final : public train::TrainObserver {
     seconds_ += r.seconds;
     const double done = static_cast<double>(r.step + 1 - start_);
     const double eta = seconds_ / done * static_cast<double>(options_.steps - r.step - 1);
-    const std::string line = fmt::format("step {:>5}/{}  loss {:.4f}  {:>8.0f} tokens/s", r.step + 1,
-                                         options_.steps, r.loss, r.tokens_per_second);
+    const std::string line = fmt::format("step {:>5}/{}  loss {:.4f}  {:>8.0f} tokens/s", r.step + 1, options_.steps,
+                                         r.loss, r.tokens_per_second);
     if (live_) {
       fmt::print("\r{}  ETA {:.0f} s\033[K", line, eta);
     } else {
@@ -132,10 +136,11 @@ class Printer final : public train::TrainObserver {
 
   void on_end(const train::TrainSummary& s) override {
     if (live_) fmt::print("\n");
-    fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps, {:.0f} tokens/s)\n",
-               s.num_parameters, s.first_loss, s.last_loss, s.seconds, s.steps_run,
+    fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps, {:.0f} tokens/s)\n", s.num_parameters,
+               s.first_loss, s.last_loss, s.seconds, s.steps_run,
                static_cast<double>(s.steps_run * options_.batch * options_.model.block_size) / s.seconds);
-    fmt::print("per rank: model state after a step (memory_bytes) | its peak within a step | peak RSS | sent per step\n");
+    fmt::print(
+        "per rank: model state after a step (memory_bytes) | its peak within a step | peak RSS | sent per step\n");
     for (const train::RankStats& q : s.ranks) {
       fmt::print("  rank {}: params {} + grads {} + optimizer {} = {} | peak {} | RSS {} | sent {} (theory {})\n",
                  q.rank, mib(q.state.params), mib(q.state.grads), mib(q.state.optimizer), mib(q.state.total()),
@@ -168,8 +173,8 @@ int run_verify(const train::TrainOptions& o) {
                o.model.n_embd, o.model.block_size, o.batch,
                o.grad_accum > 1 ? fmt::format(", grad-accum {}", o.grad_accum) : "",
                o.clip > 0 ? fmt::format(", clip {}", o.clip) : "", o.steps);
-    fmt::print("{:>5}  {:>10}  {:>9}  {:>9}  {:>9}  {:>10}  {}\n", "step", "loss", "|Δloss|", "|Δparam|",
-               "|Δexp_avg|", "|Δexp_avg_sq|", "ranks bit-identical");
+    fmt::print("{:>5}  {:>10}  {:>9}  {:>9}  {:>9}  {:>10}  {}\n", "step", "loss", "|Δloss|", "|Δparam|", "|Δexp_avg|",
+               "|Δexp_avg_sq|", "ranks bit-identical");
   };
   train::verify(o, on_start, [&](const train::VerifyStep& v) {
     worst = std::max(worst, v.worst());
@@ -177,9 +182,10 @@ int run_verify(const train::TrainOptions& o) {
     fmt::print("{:>5}  {:>10.6f}  {:>9.2e}  {:>9.2e}  {:>9.2e}  {:>10.2e}  {}\n", v.step + 1, v.loss, v.loss_diff,
                v.params_diff, v.exp_avg_diff, v.exp_avg_sq_diff, v.same_bits ? "yes" : "NO");
     if (v.step + 1 == o.steps && worst <= train::kVerifyTolerance && same_bits) {
-      fmt::print("verify passed: every step within {:.0e} of one process (largest difference {:.2e}), the same bits "
-                 "on every rank\n",
-                 train::kVerifyTolerance, worst);
+      fmt::print(
+          "verify passed: every step within {:.0e} of one process (largest difference {:.2e}), the same bits "
+          "on every rank\n",
+          train::kVerifyTolerance, worst);
     }
     std::fflush(stdout);
   });
@@ -190,9 +196,8 @@ int run_memory(const nn::GPTConfig& config, int world) {
   config.check();
   if (world < 1) throw std::invalid_argument(fmt::format("--world must be at least 1 (got {})", world));
   const std::size_t n = config.num_parameters();
-  fmt::print("tinyllm memory: L={} H={} C={} T={} V={}: n = {} parameters, float64, AdamW, {} rank{}\n",
-             config.n_layer, config.n_head, config.n_embd, config.block_size, config.vocab_size, n, world,
-             world == 1 ? "" : "s");
+  fmt::print("tinyllm memory: L={} H={} C={} T={} V={}: n = {} parameters, float64, AdamW, {} rank{}\n", config.n_layer,
+             config.n_head, config.n_embd, config.block_size, config.vocab_size, n, world, world == 1 ? "" : "s");
   fmt::print("model state per rank after a step, in bytes (as memory_bytes() reports), and its peak within a step\n");
   fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12} {:>14}\n", "mode", "ranks", "parameters", "gradients",
              "optimizer", "total", "total MiB", "peak");
@@ -241,7 +246,8 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "train the GPT on a byte corpus, on one or more ranks");
   const RunFlags train_flags = add_run(*train, train_options, train_backend);
   train->add_option("--metrics", train_options.metrics, "write one JSON object per step to this file");
-  train->add_option("--save", train_options.save_dir, "write checkpoints to this directory (at the end, and see --save-every)");
+  train->add_option("--save", train_options.save_dir,
+                    "write checkpoints to this directory (at the end, and see --save-every)");
   train->add_option("--save-every", train_options.save_every, "also write a checkpoint every this many steps");
   train->add_option("--resume", train_options.resume, "continue from this checkpoint (or the latest in a directory)");
 
@@ -261,7 +267,8 @@ int main(int argc, char** argv) {
 
   std::string diff_a, diff_b;
   double diff_tolerance = train::kVerifyTolerance;
-  CLI::App* diff = app.add_subcommand("diff", "the largest difference between two checkpoints; exit 1 above the tolerance");
+  CLI::App* diff =
+      app.add_subcommand("diff", "the largest difference between two checkpoints; exit 1 above the tolerance");
   diff->add_option("a", diff_a, "checkpoint (or directory: its latest)")->required();
   diff->add_option("b", diff_b, "checkpoint (or directory: its latest)")->required();
   diff->add_option("--tolerance", diff_tolerance, "largest difference allowed")->capture_default_str();

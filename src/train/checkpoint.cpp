@@ -117,9 +117,9 @@ void load_model(const SafetensorsFile& file, const nn::GPT& model) {
       const std::string has = i < held.size() ? held[i].name + " " + shape_string(held[i].shape) : "nothing";
       const std::string wants =
           i < expected.size() ? expected[i].name + " " + shape_string(expected[i].shape) : "nothing";
-      throw std::invalid_argument(fmt::format(
-          "checkpoint '{}' does not fit this model: its tensor {} is {}, the model expects {}", file.path(), i, has,
-          wants));
+      throw std::invalid_argument(
+          fmt::format("checkpoint '{}' does not fit this model: its tensor {} is {}, the model expects {}", file.path(),
+                      i, has, wants));
     }
   }
   std::size_t offset = 0;

@@ -30,9 +30,8 @@ void launch_mpi([[maybe_unused]] int world, [[maybe_unused]] const std::function
   dist::MpiSession session;
   dist::MpiComm comm(MPI_COMM_WORLD, options);
   if (world != 0 && world != comm.size()) {
-    throw std::invalid_argument(
-        fmt::format("--world {} differs from the {} processes mpirun started (drop --world or match -n)", world,
-                    comm.size()));
+    throw std::invalid_argument(fmt::format(
+        "--world {} differs from the {} processes mpirun started (drop --world or match -n)", world, comm.size()));
   }
   fn(comm);
 #else
@@ -44,10 +43,14 @@ void launch_mpi([[maybe_unused]] int world, [[maybe_unused]] const std::function
 
 const char* backend_name(Backend backend) {
   switch (backend) {
-    case Backend::Auto: return "auto";
-    case Backend::Threads: return "threads";
-    case Backend::Procs: return "procs";
-    case Backend::Mpi: return "mpi";
+    case Backend::Auto:
+      return "auto";
+    case Backend::Threads:
+      return "threads";
+    case Backend::Procs:
+      return "procs";
+    case Backend::Mpi:
+      return "mpi";
   }
   return "?";
 }
@@ -71,10 +74,14 @@ void launch(Backend backend, int world, const std::function<void(dist::Comm&)>& 
     throw std::invalid_argument(fmt::format("world size must be at least 1 (got {})", world));
   }
   switch (backend) {
-    case Backend::Threads: return dist::run_threads(world, fn, options);
-    case Backend::Procs: return dist::run_procs(world, fn, options);
-    case Backend::Mpi: return launch_mpi(world, fn, options);
-    case Backend::Auto: break;
+    case Backend::Threads:
+      return dist::run_threads(world, fn, options);
+    case Backend::Procs:
+      return dist::run_procs(world, fn, options);
+    case Backend::Mpi:
+      return launch_mpi(world, fn, options);
+    case Backend::Auto:
+      break;
   }
   throw std::logic_error("launch: unresolved backend");
 }

@@ -26,20 +26,28 @@ std::size_t chunk_length(std::size_t n, int p, int r) {
 dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r) {
   const std::size_t c = chunk_length(n, p, r), K = kAdamWState;
   switch (zero) {
-    case 0: return bytes(n, n, K * n);
-    case 1: return bytes(n, n + c, K * c + c);  // the master chunk beside the full parameters
-    case 2: return bytes(n, c, K * c + c);
-    default: return bytes(c, c, K * c);  // the master chunk is the parameters
+    case 0:
+      return bytes(n, n, K * n);
+    case 1:
+      return bytes(n, n + c, K * c + c);  // the master chunk beside the full parameters
+    case 2:
+      return bytes(n, c, K * c + c);
+    default:
+      return bytes(c, c, K * c);  // the master chunk is the parameters
   }
 }
 
 dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r) {
   const std::size_t c = chunk_length(n, p, r), K = kAdamWState;
   switch (zero) {
-    case 0: return bytes(n, n, K * n);
-    case 1: return bytes(n, n + c, K * c + c);
-    case 2: return bytes(n, n, K * c + c);
-    default: return bytes(n + c, n, K * c);
+    case 0:
+      return bytes(n, n, K * n);
+    case 1:
+      return bytes(n, n + c, K * c + c);
+    case 2:
+      return bytes(n, n, K * c + c);
+    default:
+      return bytes(n + c, n, K * c);
   }
 }
 
@@ -63,8 +71,8 @@ std::string metrics_line(const StepReport& report) {
     ranks += fmt::format(
         "{}{{\"rank\":{},\"params_bytes\":{},\"grads_bytes\":{},\"optimizer_bytes\":{},\"peak_state_bytes\":{},"
         "\"peak_rss_bytes\":{},\"bytes_sent\":{},\"theory_bytes_sent\":{}}}",
-        ranks.empty() ? "" : ",", s.rank, s.state.params, s.state.grads, s.state.optimizer, s.peak.total(),
-        s.peak_rss, s.bytes_sent, s.theory_sent);
+        ranks.empty() ? "" : ",", s.rank, s.state.params, s.state.grads, s.state.optimizer, s.peak.total(), s.peak_rss,
+        s.bytes_sent, s.theory_sent);
   }
   return fmt::format(
       "{{\"step\":{},\"loss\":{:.17g},\"seconds\":{:.9g},\"tokens_per_second\":{:.9g},\"grad_norm\":{:.17g},"

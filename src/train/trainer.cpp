@@ -27,8 +27,8 @@ double since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 void check_batch(std::size_t batch, int world, std::size_t grad_accum) {
   const std::size_t parts = static_cast<std::size_t>(world) * grad_accum;
   if (batch == 0 || batch % parts != 0) {
-    throw std::invalid_argument(fmt::format(
-        "batch of {} rows does not divide by world size {} × grad-accum {} (= {})", batch, world, grad_accum, parts));
+    throw std::invalid_argument(fmt::format("batch of {} rows does not divide by world size {} × grad-accum {} (= {})",
+                                            batch, world, grad_accum, parts));
   }
 }
 
@@ -46,10 +46,10 @@ std::optional<CheckpointInfo> check_start(const TrainOptions& o) {
   const CheckpointInfo info = read_checkpoint_info(file);
   const nn::GPTConfig& c = info.config;
   const nn::GPTConfig& m = o.model;
-  if (c.vocab_size != m.vocab_size || c.block_size != m.block_size || c.n_layer != m.n_layer ||
-      c.n_head != m.n_head || c.n_embd != m.n_embd) {
-    throw std::invalid_argument(fmt::format("checkpoint '{}' holds a model of {}, the run asks for {}", file.path(),
-                                            describe(c), describe(m)));
+  if (c.vocab_size != m.vocab_size || c.block_size != m.block_size || c.n_layer != m.n_layer || c.n_head != m.n_head ||
+      c.n_embd != m.n_embd) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}' holds a model of {}, the run asks for {}", file.path(), describe(c), describe(m)));
   }
   if (!o.resume.empty() && info.batch != o.batch) {
     throw std::invalid_argument(
@@ -80,7 +80,8 @@ void check_writable_dir(const std::string& dir) {
 void check_options(const TrainOptions& o, const Corpus& corpus) {
   o.model.check();
   optim::AdamW::factory(o.adamw);
-  if (o.zero < 0 || o.zero > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", o.zero));
+  if (o.zero < 0 || o.zero > 3)
+    throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", o.zero));
   if (o.grad_accum == 0) throw std::invalid_argument("--grad-accum must be at least 1 (got 0)");
   if (!(o.clip >= 0) || !std::isfinite(o.clip)) {
     throw std::invalid_argument(fmt::format("--clip must be a finite norm >= 0 (got {})", o.clip));
@@ -120,8 +121,12 @@ class SummarySink {
   SummarySink& operator=(const SummarySink&) = delete;
 
   void store(const TrainSummary& s) {
-    std::vector<double> v = {s.first_loss, s.last_loss, s.seconds, static_cast<double>(s.steps_run),
-                             static_cast<double>(s.num_parameters), static_cast<double>(s.ranks.size())};
+    std::vector<double> v = {s.first_loss,
+                             s.last_loss,
+                             s.seconds,
+                             static_cast<double>(s.steps_run),
+                             static_cast<double>(s.num_parameters),
+                             static_cast<double>(s.ranks.size())};
     for (const RankStats& r : s.ranks) {
       for (double x : encode(r)) v.push_back(x);
     }
@@ -140,7 +145,8 @@ class SummarySink {
     s.seconds = v[2];
     s.steps_run = static_cast<std::size_t>(v[3]);
     s.num_parameters = static_cast<std::size_t>(v[4]);
-    for (std::size_t q = 0; q < static_cast<std::size_t>(v[5]); ++q) s.ranks.push_back(decode(v + kHead + kPerRank * q));
+    for (std::size_t q = 0; q < static_cast<std::size_t>(v[5]); ++q)
+      s.ranks.push_back(decode(v + kHead + kPerRank * q));
     return s;
   }
 
@@ -208,8 +214,12 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
   const std::size_t n = replica.num_parameters(), T = o.model.block_size, B = o.batch;
   std::ofstream metrics;
   if (r == 0) {
-    observer.on_start({.backend = resolve_backend(o.backend, p), .world = p, .start_step = start,
-                       .num_parameters = n, .num_windows = corpus.num_windows(T), .corpus = corpus.name()});
+    observer.on_start({.backend = resolve_backend(o.backend, p),
+                       .world = p,
+                       .start_step = start,
+                       .num_parameters = n,
+                       .num_windows = corpus.num_windows(T),
+                       .corpus = corpus.name()});
     if (!o.metrics.empty()) metrics.open(o.metrics, std::ios::trunc);
   }
   TrainSummary summary;
@@ -229,10 +239,16 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
     peak = max_of(peak, replica.memory_bytes());
     const double seconds = since(step_start);
 
-    const RankStats mine{.rank = r, .state = replica.memory_bytes(), .peak = peak, .peak_rss = peak_rss_bytes(),
+    const RankStats mine{.rank = r,
+                         .state = replica.memory_bytes(),
+                         .peak = peak,
+                         .peak_rss = peak_rss_bytes(),
                          .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
                          .theory_sent = theory_bytes_sent(o.zero, n, p, r)};
-    const StepReport report{.step = step, .loss = loss, .grad_norm = grad_norm, .seconds = seconds,
+    const StepReport report{.step = step,
+                            .loss = loss,
+                            .grad_norm = grad_norm,
+                            .seconds = seconds,
                             .tokens_per_second = static_cast<double>(B * T) / seconds,
                             .ranks = gather_stats(comm, mine)};
     observer.after_step(comm, replica, step, loss);
@@ -279,7 +295,8 @@ TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
   SummarySink sink(backend == Backend::Procs, options.world);
   launch(backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, observer, sink); });
   TrainSummary summary = sink.load();
-  if (!options.save_dir.empty() && summary.steps_run > 0) summary.last_checkpoint = checkpoint_path(options.save_dir, options.steps);
+  if (!options.save_dir.empty() && summary.steps_run > 0)
+    summary.last_checkpoint = checkpoint_path(options.save_dir, options.steps);
   return summary;
 }
 

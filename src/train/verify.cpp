@@ -74,8 +74,13 @@ class VerifyObserver final : public TrainObserver {
       verdict.insert(verdict.end(), {first_failure_, failure_worst_, failure_bits_});
     }
     comm.broadcast(verdict, 0);
-    const VerifyStep result{.step = step, .loss = loss, .loss_diff = verdict[0], .params_diff = verdict[1],
-                            .exp_avg_diff = verdict[2], .exp_avg_sq_diff = verdict[3], .same_bits = verdict[4] == 1.0};
+    const VerifyStep result{.step = step,
+                            .loss = loss,
+                            .loss_diff = verdict[0],
+                            .params_diff = verdict[1],
+                            .exp_avg_diff = verdict[2],
+                            .exp_avg_sq_diff = verdict[3],
+                            .same_bits = verdict[4] == 1.0};
     if (comm.rank() == 0 && on_step_) on_step_(result);
     if (step + 1 == options_.steps && verdict[5] >= 0) {
       throw std::runtime_error(
@@ -102,8 +107,8 @@ class VerifyObserver final : public TrainObserver {
       if (!options_.resume.empty()) reference_->load_optimizer_state(*from, static_cast<double>(step));
     }
     reference_->zero_grad();
-    const double loss = reference_->backward(
-        corpus_.batch(step, options_.batch, options_.model.block_size), options_.grad_accum);
+    const double loss =
+        reference_->backward(corpus_.batch(step, options_.batch, options_.model.block_size), options_.grad_accum);
     reference_->step(options_.clip);
     return loss;
   }

@@ -52,8 +52,9 @@ TEST(GPTTest, ParameterNamesShapesAndOrder) {
 
 // The count `tinyllm memory` uses without building a model.
 TEST(GPTTest, ConfigCountsTheModelsParameters) {
-  for (const GPTConfig& c : {GPTConfig{}, GPTConfig{.vocab_size = 32, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 6},
-                             GPTConfig{.vocab_size = 256, .block_size = 1, .n_layer = 1, .n_head = 1, .n_embd = 1}}) {
+  for (const GPTConfig& c :
+       {GPTConfig{}, GPTConfig{.vocab_size = 32, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 6},
+        GPTConfig{.vocab_size = 256, .block_size = 1, .n_layer = 1, .n_head = 1, .n_embd = 1}}) {
     EXPECT_EQ(c.num_parameters(), GPT(c).num_parameters());
   }
 }

@@ -160,8 +160,8 @@ TEST(CheckpointTest, DiffNamesTheLargestDifferenceOfEachRegion) {
   wider.steps = 1;
   wider.save_dir = dir / "b";
   train(wider);
-  EXPECT_THROW_WITH(checkpoint_diff(six, SafetensorsFile::open(checkpoint_path(dir / "b", 1))),
-                    std::invalid_argument, "hold different tensors");
+  EXPECT_THROW_WITH(checkpoint_diff(six, SafetensorsFile::open(checkpoint_path(dir / "b", 1))), std::invalid_argument,
+                    "hold different tensors");
 }
 
 TEST(CheckpointTest, RefusesACorruptTruncatedOrMismatchedCheckpoint) {

@@ -193,34 +193,29 @@ TEST(SafetensorsTest, ReadsFilesWithoutChecksumOrPadding) {
   EXPECT_EQ(out[0], -1.0);
 }
 
-TEST(SafetensorsTest, ThreadRanksWriteTheOneProcessBytes) {
+// p = 1..4 ranks of a backend, each writing its chunk, give the bytes of
+// the one-process file in every sharing mode.
+void expect_ranks_write_the_one_process_bytes(const Run& run, const std::vector<SharedFiles>& modes) {
   TempDir dir;
   const std::vector<double> data = values(kN);
   write_safetensors(dir.file("one.safetensors"), kTensors, kMetadata, data);
   const std::string expected = contents(dir.file("one.safetensors"));
   for (int p = 1; p <= 4; ++p) {
-    for (SharedFiles shared : {SharedFiles::Auto, SharedFiles::Yes, SharedFiles::No}) {
+    for (SharedFiles shared : modes) {
       SCOPED_TRACE("p = " + std::to_string(p) + ", shared = " + std::to_string(static_cast<int>(shared)));
-      write_on(kThreads, p, shared, dir.file("threads.safetensors"), data);
-      EXPECT_EQ(contents(dir.file("threads.safetensors")), expected);
+      write_on(run, p, shared, dir.file("ranks.safetensors"), data);
+      EXPECT_EQ(contents(dir.file("ranks.safetensors")), expected);
     }
   }
-  EXPECT_EQ(dir.names(), (std::vector<std::string>{"one.safetensors", "threads.safetensors"}));
+  EXPECT_EQ(dir.names(), (std::vector<std::string>{"one.safetensors", "ranks.safetensors"}));
+}
+
+TEST(SafetensorsTest, ThreadRanksWriteTheOneProcessBytes) {
+  expect_ranks_write_the_one_process_bytes(kThreads, {SharedFiles::Auto, SharedFiles::Yes, SharedFiles::No});
 }
 
 TEST(SafetensorsTest, ProcessRanksWriteTheOneProcessBytes) {
-  TempDir dir;
-  const std::vector<double> data = values(kN);
-  write_safetensors(dir.file("one.safetensors"), kTensors, kMetadata, data);
-  const std::string expected = contents(dir.file("one.safetensors"));
-  for (int p = 1; p <= 4; ++p) {
-    for (SharedFiles shared : {SharedFiles::Auto, SharedFiles::No}) {
-      SCOPED_TRACE("p = " + std::to_string(p) + ", shared = " + std::to_string(static_cast<int>(shared)));
-      write_on(kProcs, p, shared, dir.file("procs.safetensors"), data);
-      EXPECT_EQ(contents(dir.file("procs.safetensors")), expected);
-    }
-  }
-  EXPECT_EQ(dir.names(), (std::vector<std::string>{"one.safetensors", "procs.safetensors"}));
+  expect_ranks_write_the_one_process_bytes(kProcs, {SharedFiles::Auto, SharedFiles::No});
 }
 
 TEST(SafetensorsTest, GatheringThroughRankZeroStreamsLargeRegionsInBlocks) {

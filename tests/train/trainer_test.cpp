@@ -1,7 +1,6 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <tinyllm/train/trainer.h>
-
-#include <fmt/format.h>
 
 #include <cmath>
 #include <filesystem>
@@ -139,8 +138,8 @@ TEST(TrainerTest, StageThreeHoldsAboutOneOverPOfDdp) {
   const nn::GPTConfig config;  // the trainer's default model
   const std::size_t n = config.num_parameters();
   for (int p : {2, 4, 8}) {
-    const double ratio = static_cast<double>(state_bytes(3, n, p, 0).total()) /
-                         static_cast<double>(state_bytes(0, n, p, 0).total());
+    const double ratio =
+        static_cast<double>(state_bytes(3, n, p, 0).total()) / static_cast<double>(state_bytes(0, n, p, 0).total());
     EXPECT_NEAR(ratio, 1.0 / p, 1e-5) << p << " ranks";
   }
 }

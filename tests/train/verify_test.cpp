@@ -38,8 +38,9 @@ TEST(VerifyTest, ADifferenceAboveTheToleranceFailsOnEveryRank) {
   TrainOptions o = testing::tiny_run(2, 1);
   o.steps = 2;
   std::atomic<int> reported = 0;
-  EXPECT_THROW_WITH(verify(o, {}, [&](const VerifyStep&) { ++reported; }, -1.0), std::runtime_error,
-                    "verify failed: at step 0 the ranks differ from one process by ");
+  EXPECT_THROW_WITH(verify(
+                        o, {}, [&](const VerifyStep&) { ++reported; }, -1.0),
+                    std::runtime_error, "verify failed: at step 0 the ranks differ from one process by ");
   EXPECT_EQ(reported, 2);
 }
 

@@ -28,7 +28,7 @@ inline constexpr const char* kDefaultCorpus = "/usr/share/common-licenses/GPL-3"
 struct TrainOptions {
   nn::GPTConfig model;
   std::string data = kDefaultCorpus;
-  std::size_t batch = 16;  // global batch, in windows of model.block_size tokens
+  std::size_t batch = 16;   // global batch, in windows of model.block_size tokens
   std::size_t steps = 200;  // the step count the run ends at (a resumed run counts its earlier steps)
   optim::AdamWOptions adamw{.lr = 1e-3, .betas = {0.9, 0.95}, .eps = 1e-8, .weight_decay = 0.1};
   std::uint64_t seed = 1337;
@@ -39,22 +39,22 @@ struct TrainOptions {
   std::size_t grad_accum = 1;  // micro-batches per step on each rank
   double clip = 0;             // global gradient-norm limit; 0: none
 
-  std::string metrics;          // JSON lines, one per step ("" for none)
-  std::string save_dir;         // checkpoints go here ("" for none): every save_every steps and at the end
-  std::size_t save_every = 0;   // 0: only at the end
-  std::string resume;           // checkpoint (or directory of them) to continue from: weights, optimizer, step
-  std::string init;             // checkpoint whose weights start a fresh run
+  std::string metrics;         // JSON lines, one per step ("" for none)
+  std::string save_dir;        // checkpoints go here ("" for none): every save_every steps and at the end
+  std::size_t save_every = 0;  // 0: only at the end
+  std::string resume;          // checkpoint (or directory of them) to continue from: weights, optimizer, step
+  std::string init;            // checkpoint whose weights start a fresh run
   SharedFiles shared_files = SharedFiles::Auto;  // how ranks write checkpoints (safetensors.h)
 };
 
 // One rank's figures, gathered to rank 0 each step.
 struct RankStats {
   int rank = 0;
-  dist::MemoryBytes state;  // model state held after the step (memory_bytes())
-  dist::MemoryBytes peak;   // the largest within the step: the stage-3 gather, the full gradients before the reduce
+  dist::MemoryBytes state;   // model state held after the step (memory_bytes())
+  dist::MemoryBytes peak;    // the largest within the step: the stage-3 gather, the full gradients before the reduce
   std::size_t peak_rss = 0;  // this process's peak resident set, bytes (the whole process under threads)
-  std::uint64_t bytes_sent = 0;     // by this rank's collectives in the step
-  std::uint64_t theory_sent = 0;    // what the mode's collectives of n values send from this rank (zero.h)
+  std::uint64_t bytes_sent = 0;   // by this rank's collectives in the step
+  std::uint64_t theory_sent = 0;  // what the mode's collectives of n values send from this rank (zero.h)
 };
 
 struct StepReport {
@@ -105,6 +105,5 @@ class TrainObserver {
 // a loss that is not finite. Returns rank 0's summary on every backend.
 TrainSummary train(const TrainOptions& options, TrainObserver& observer);
 TrainSummary train(const TrainOptions& options, const std::function<void(const StepReport&)>& on_step = {});
-
 
 }  // namespace tinyllm::train

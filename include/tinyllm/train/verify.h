@@ -16,8 +16,8 @@ inline constexpr double kVerifyTolerance = 1e-10;
 
 struct VerifyStep {
   std::size_t step = 0;
-  double loss = 0;        // the ranks' (global batch mean)
-  double loss_diff = 0;   // |loss − one process's|
+  double loss = 0;         // the ranks' (global batch mean)
+  double loss_diff = 0;    // |loss − one process's|
   double params_diff = 0;  // largest over the parameters
   double exp_avg_diff = 0;
   double exp_avg_sq_diff = 0;
