@@ -29,7 +29,7 @@ struct TrainOptions {
   nn::GPTConfig model;
   std::string data = kDefaultCorpus;
   std::size_t batch = 16;   // global batch, in windows of model.block_size tokens
-  std::size_t steps = 200;  // the step count the run ends at (a resumed run counts its earlier steps)
+  std::size_t steps = 500;  // the step count the run ends at (a resumed run counts its earlier steps)
   optim::AdamWOptions adamw{.lr = 1e-3, .betas = {0.9, 0.95}, .eps = 1e-8, .weight_decay = 0.1};
   std::uint64_t seed = 1337;
 
