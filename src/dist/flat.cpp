@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "fnv1a.h"
 #include "tinyllm/tensor/storage.h"
 
 namespace tinyllm::dist {
@@ -26,12 +27,10 @@ void for_each_segment(const std::vector<Tensor>& params, Fn fn) {
   }
 }
 
-// FNV-1a over every shape, rank by dimension: equal lists hash equal.
+// Every shape, rank by dimension, hashed: equal lists hash equal.
 std::uint64_t shapes_hash(const std::vector<Tensor>& params) {
-  std::uint64_t h = 14695981039346656037ull;
-  const auto mix = [&h](std::uint64_t value) {
-    for (int byte = 0; byte < 8; ++byte) h = (h ^ ((value >> (8 * byte)) & 0xff)) * 1099511628211ull;
-  };
+  std::uint64_t h = kFnv1aBasis;
+  const auto mix = [&h](std::uint64_t value) { h = fnv1a(std::as_bytes(std::span(&value, 1)), h); };
   for (const Tensor& p : params) {
     mix(p.dim());
     for (std::size_t d : p.shape()) mix(d);

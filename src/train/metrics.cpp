@@ -38,17 +38,10 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r) {
 }
 
 dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r) {
-  const std::size_t c = chunk_length(n, p, r), K = kAdamWState;
-  switch (zero) {
-    case 0:
-      return bytes(n, n, K * n);
-    case 1:
-      return bytes(n, n + c, K * c + c);
-    case 2:
-      return bytes(n, n, K * c + c);
-    default:
-      return bytes(n + c, n, K * c);
-  }
+  dist::MemoryBytes peak = state_bytes(zero, n, p, r);
+  if (zero >= 2) peak.grads = n * kDouble;                             // the full gradients, before the reduce-scatter
+  if (zero == 3) peak.params = (n + chunk_length(n, p, r)) * kDouble;  // the gather, beside the master chunk
+  return peak;
 }
 
 std::uint64_t theory_bytes_sent(int zero, std::size_t n, int p, int r) {

@@ -90,8 +90,11 @@ double Replica::step(double clip) {
 dist::MemoryBytes Replica::memory_bytes() const {
   if (zero_optimizer_) return zero_optimizer_->memory_bytes();
   std::size_t grads = 0;
-  for (const Tensor& p : params_) grads += p.grad().size() * sizeof(double);
-  if (ddp_) grads = ddp_->grad_bytes();
+  if (ddp_) {
+    grads = ddp_->grad_bytes();
+  } else {
+    for (const Tensor& p : params_) grads += p.grad().size() * sizeof(double);
+  }
   return {.params = n_ * sizeof(double), .grads = grads, .optimizer = adamw_->state_dict().bytes()};
 }
 

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "../dist/fnv1a.h"
 #include "safetensors_format.h"
 #include "tinyllm/train/safetensors.h"
 
@@ -24,14 +25,9 @@ namespace tinyllm::train {
 
 using detail::checksum, detail::hex, detail::kBlock, detail::kChecksumAt, detail::kDigits, detail::Layout,
     detail::lay_out, detail::read_all, detail::write_all;
+using dist::fnv1a;
 
 namespace {
-
-// FNV-1a, for the ranks to compare what they were given.
-std::uint64_t fnv1a(std::string_view bytes, std::uint64_t h = 14695981039346656037ull) {
-  for (char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
-}
 
 // The collectives the writer needs, on comm or, without one, in one process.
 // Words travel bit-copied in doubles: broadcast and all_gather only copy.

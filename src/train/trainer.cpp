@@ -236,11 +236,12 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
     comm.all_reduce({&loss, 1}, dist::ReduceOp::Mean);  // the global batch's mean, the same on every rank
     if (!std::isfinite(loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", loss, step));
     const double grad_norm = replica.step(o.clip);
-    peak = max_of(peak, replica.memory_bytes());
+    const dist::MemoryBytes state = replica.memory_bytes();
+    peak = max_of(peak, state);
     const double seconds = since(step_start);
 
     const RankStats mine{.rank = r,
-                         .state = replica.memory_bytes(),
+                         .state = state,
                          .peak = peak,
                          .peak_rss = peak_rss_bytes(),
                          .bytes_sent = comm.total_traffic().bytes_sent - sent_before,

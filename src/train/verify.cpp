@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../dist/fnv1a.h"
 #include "tinyllm/train/checkpoint.h"
 
 namespace tinyllm::train {
@@ -20,15 +21,6 @@ double max_diff(const std::vector<double>& x, const std::vector<double>& y) {
   double worst = 0;
   for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
   return worst;
-}
-
-// FNV-1a over the bits, to compare ranks without sending the vectors.
-std::uint64_t hash_bits(const std::vector<double>& values, std::uint64_t h) {
-  for (double v : values) {
-    const auto bits = std::bit_cast<std::uint64_t>(v);
-    for (int i = 0; i < 64; i += 8) h = (h ^ ((bits >> i) & 0xff)) * 0x100000001b3ULL;
-  }
-  return h;
 }
 
 class VerifyObserver final : public TrainObserver {
@@ -44,10 +36,10 @@ class VerifyObserver final : public TrainObserver {
   void after_step(dist::Comm& comm, Replica& replica, std::size_t step, double loss) override {
     // Every rank: its full state (collective under ZeRO) and the hash of its bits.
     std::vector<std::vector<double>> mine;
-    std::uint64_t h = 0xcbf29ce484222325ULL;
+    std::uint64_t h = dist::kFnv1aBasis;
     for (Region region : {Region::Params, Region::ExpAvg, Region::ExpAvgSq}) {
       mine.push_back(replica.full(region));
-      h = hash_bits(mine.back(), h);
+      h = dist::fnv1a(std::as_bytes(std::span(mine.back())), h);
     }
     std::vector<double> hashes(static_cast<std::size_t>(comm.size()));
     const double own = std::bit_cast<double>(h);
