@@ -21,6 +21,7 @@
 #include "tinyllm/optim/optimizer.h"
 #include "tinyllm/optim/sgd.h"
 #include "tinyllm/tensor/autograd.h"
+#include "tinyllm/tensor/hooks.h"
 #include "tinyllm/tensor/ops.h"
 #include "tinyllm/tensor/random.h"
 #include "tinyllm/tensor/storage.h"

@@ -19,12 +19,14 @@ CausalSelfAttention::CausalSelfAttention(std::size_t n_embd, std::size_t n_head,
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
-  const std::size_t C = x.size(-1);
-  Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
-  Tensor q = qkv.slice(-1, 0, C);
-  Tensor k = qkv.slice(-1, C, 2 * C);
-  Tensor v = qkv.slice(-1, 2 * C, 3 * C);
-  return c_proj->forward(causal_attention(q, k, v, n_head));
+  return hooked([&] {
+    const std::size_t C = x.size(-1);
+    Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
+    Tensor q = qkv.slice(-1, 0, C);
+    Tensor k = qkv.slice(-1, C, 2 * C);
+    Tensor v = qkv.slice(-1, 2 * C, 3 * C);
+    return c_proj->forward(causal_attention(q, k, v, n_head));
+  });
 }
 
 }  // namespace tinyllm::nn

@@ -10,8 +10,10 @@ Block::Block(std::size_t n_embd, std::size_t n_head, double proj_std, Generator&
 }
 
 Tensor Block::forward(const Tensor& x) const {
-  Tensor h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  return hooked([&] {
+    Tensor h = x + attn->forward(ln_1->forward(x));
+    return h + mlp->forward(ln_2->forward(h));
+  });
 }
 
 }  // namespace tinyllm::nn

@@ -10,7 +10,7 @@ Embedding::Embedding(std::size_t num_embeddings, std::size_t embedding_dim, Gene
 }
 
 Tensor Embedding::forward(std::span<const int> ids, const Shape& ids_shape) const {
-  return embedding(weight, ids, ids_shape);
+  return hooked([&] { return embedding(weight, ids, ids_shape); });
 }
 
 }  // namespace tinyllm::nn

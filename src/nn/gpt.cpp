@@ -49,10 +49,12 @@ Tensor GPT::forward(std::span<const int> idx, std::size_t batch, std::size_t seq
     throw std::invalid_argument(
         fmt::format("GPT: {} token ids do not fill a batch of [{}, {}]", idx.size(), batch, seq));
   }
-  // Positions 0..T-1 are the first T rows of wpe; [B, T, C] + [T, C] broadcasts.
-  Tensor x = wte->forward(idx, {batch, seq}) + wpe->weight.slice(0, 0, seq);
-  for (std::size_t i = 0; i < h->size(); ++i) x = h->at<Block>(i).forward(x);
-  return linear(ln_f->forward(x), wte->weight);  // [B, T, V]
+  return hooked([&] {
+    // Positions 0..T-1 are the first T rows of wpe; [B, T, C] + [T, C] broadcasts.
+    Tensor x = wte->forward(idx, {batch, seq}) + wpe->weight.slice(0, 0, seq);
+    for (std::size_t i = 0; i < h->size(); ++i) x = h->at<Block>(i).forward(x);
+    return linear(ln_f->forward(x), wte->weight);  // [B, T, V]
+  });
 }
 
 Tensor GPT::loss(std::span<const int> idx, std::span<const int> targets, std::size_t batch, std::size_t seq) const {

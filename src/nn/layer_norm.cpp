@@ -9,6 +9,8 @@ LayerNorm::LayerNorm(std::size_t normalized_size, double eps) : eps(eps) {
   bias = register_parameter("bias", Tensor::zeros({normalized_size}));
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return hooked([&] { return layer_norm(x, weight, bias, eps); });
+}
 
 }  // namespace tinyllm::nn

@@ -10,6 +10,8 @@ Linear::Linear(std::size_t in_features, std::size_t out_features, Generator& gen
   if (bias) this->bias = register_parameter("bias", Tensor::zeros({out_features}));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const {
+  return hooked([&] { return linear(x, weight, bias); });
+}
 
 }  // namespace tinyllm::nn

@@ -9,6 +9,8 @@ MLP::MLP(std::size_t n_embd, double proj_std, Generator& gen) {
   c_proj = register_module("c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, gen, true, proj_std));
 }
 
-Tensor MLP::forward(const Tensor& x) const { return c_proj->forward(gelu(c_fc->forward(x))); }
+Tensor MLP::forward(const Tensor& x) const {
+  return hooked([&] { return c_proj->forward(gelu(c_fc->forward(x))); });
+}
 
 }  // namespace tinyllm::nn

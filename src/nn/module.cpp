@@ -33,6 +33,25 @@ void Module::zero_grad() {
   for (const Tensor& p : parameters()) p.zero_grad();
 }
 
+namespace {
+
+template <class Fn>
+RemovableHandle add_hook(std::shared_ptr<HookList<Fn>>& list, Fn hook, const char* who) {
+  if (!hook) throw std::invalid_argument(fmt::format("Module::{}: the hook must not be empty", who));
+  if (!list) list = std::make_shared<HookList<Fn>>();
+  return HookList<Fn>::add(list, std::move(hook));
+}
+
+}  // namespace
+
+RemovableHandle Module::register_forward_pre_hook(ForwardPreHook hook) {
+  return add_hook(pre_hooks_, std::move(hook), "register_forward_pre_hook");
+}
+
+RemovableHandle Module::register_forward_hook(ForwardHook hook) {
+  return add_hook(hooks_, std::move(hook), "register_forward_hook");
+}
+
 Tensor& Module::register_parameter(std::string name, Tensor tensor) {
   check_new_name(name);
   if (!tensor.defined()) throw std::invalid_argument(fmt::format("Module: parameter '{}' is undefined", name));

@@ -77,18 +77,53 @@ void record(Tensor& out, std::vector<Tensor> inputs, BackwardFn backward) {
   impl.grad_fn = std::make_shared<Node>(Node{std::move(inputs), std::move(backward)});
 }
 
+namespace {
+
+void run_hooks(const Tensor& tensor) {
+  if (const auto& hooks = tensor.impl().hooks; hooks && !hooks->empty()) hooks->run(tensor);
+}
+
+// For each node of `order` (indexed by execution step), the leaves with
+// hooks whose last contribution that node adds: their grads are final once
+// it has run.
+std::vector<std::vector<Tensor>> leaves_final_after(const std::vector<Tensor>& order) {
+  std::vector<std::vector<Tensor>> final_after(order.size());
+  std::unordered_set<const TensorImpl*> seen;
+  // Walking the execution backwards, the first node met that uses a leaf is the last to run.
+  for (std::size_t step = 0; step < order.size(); ++step) {
+    for (const Tensor& input : order[step].grad_fn()->inputs) {
+      const auto& hooks = input.impl().hooks;
+      if (input.is_leaf() && hooks && !hooks->empty() && seen.insert(&input.impl()).second) {
+        final_after[order.size() - 1 - step].push_back(input);
+      }
+    }
+  }
+  return final_after;
+}
+
+}  // namespace
+
 void run_backward(const Tensor& root) {
-  if (!root.grad_fn()) return;  // a leaf: the seed already sits in its grad
+  if (!root.grad_fn()) {  // a leaf: the seed already sits in its grad
+    run_hooks(root);
+    return;
+  }
   std::vector<Tensor> order = topological_order(root);
+  const std::vector<std::vector<Tensor>> final_after = leaves_final_after(order);
   // Reverse post-order: a tensor runs after every consumer has added its
   // share. Its grad and saved tensors are dropped right after, which keeps
   // the peak memory of backward near that of forward.
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    Node& node = *it->grad_fn();
-    if (!it->grad().empty()) node.backward(*it);
+  for (std::size_t step = 0; step < order.size(); ++step) {
+    const Tensor& tensor = order[order.size() - 1 - step];
+    Node& node = *tensor.grad_fn();
+    if (!tensor.grad().empty()) {
+      run_hooks(tensor);
+      node.backward(tensor);
+    }
     node.backward = nullptr;
     node.inputs.clear();
-    it->zero_grad();
+    tensor.zero_grad();
+    for (const Tensor& leaf : final_after[step]) run_hooks(leaf);
   }
 }
 

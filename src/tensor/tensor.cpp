@@ -108,6 +108,33 @@ bool Tensor::is_leaf() const { return impl().grad_fn == nullptr; }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return impl().grad_fn; }
 
+namespace {
+
+RemovableHandle add_hook(TensorImpl& impl, TensorHook hook, const char* who) {
+  if (!hook) throw std::invalid_argument(fmt::format("Tensor::{}: the hook must not be empty", who));
+  if (!impl.hooks) impl.hooks = std::make_shared<HookList<TensorHook>>();
+  return HookList<TensorHook>::add(impl.hooks, std::move(hook));
+}
+
+}  // namespace
+
+RemovableHandle Tensor::register_post_accumulate_grad_hook(TensorHook hook) const {
+  if (!is_leaf() || !requires_grad()) {
+    throw std::invalid_argument(
+        "Tensor::register_post_accumulate_grad_hook: only a leaf that requires grad accumulates a grad (use "
+        "register_hook on a non-leaf)");
+  }
+  return add_hook(impl(), std::move(hook), "register_post_accumulate_grad_hook");
+}
+
+RemovableHandle Tensor::register_hook(TensorHook hook) const {
+  if (is_leaf()) {
+    throw std::invalid_argument(
+        "Tensor::register_hook: this tensor is a leaf; use register_post_accumulate_grad_hook for a leaf's grad");
+  }
+  return add_hook(impl(), std::move(hook), "register_hook");
+}
+
 double Tensor::item() const {
   if (numel() != 1) {
     throw std::invalid_argument(

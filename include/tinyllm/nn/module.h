@@ -10,12 +10,16 @@
 #include <utility>
 #include <vector>
 
+#include "tinyllm/tensor/hooks.h"
 #include "tinyllm/tensor/tensor.h"
 
 namespace tinyllm::nn {
 
 class Module {
  public:
+  using ForwardPreHook = std::function<void(const Module&)>;
+  using ForwardHook = std::function<void(const Module&, const Tensor& output)>;
+
   virtual ~Module() = default;
 
   std::vector<Tensor> parameters() const;
@@ -24,7 +28,19 @@ class Module {
   std::size_t num_parameters() const;  // elements over all parameters
   void zero_grad();                    // drops every parameter's grad
 
+  RemovableHandle register_forward_pre_hook(ForwardPreHook hook);
+  RemovableHandle register_forward_hook(ForwardHook hook);
+
  protected:
+  // Every forward computes its output through this, between the hooks.
+  template <class Body>
+  Tensor hooked(Body&& body) const {
+    if (pre_hooks_) pre_hooks_->run(*this);
+    Tensor output = body();
+    if (hooks_) hooks_->run(*this, output);
+    return output;
+  }
+
   // The tensor becomes a leaf requiring grad. Names are non-empty, have no
   // '.', and are unique among this module's parameters and children.
   Tensor& register_parameter(std::string name, Tensor tensor);
@@ -41,6 +57,8 @@ class Module {
 
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::shared_ptr<HookList<ForwardPreHook>> pre_hooks_;  // null until the first registration
+  std::shared_ptr<HookList<ForwardHook>> hooks_;
 };
 
 // A list of modules named "0", "1", ... (torch.nn.ModuleList).

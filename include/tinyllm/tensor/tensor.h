@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyllm/tensor/hooks.h"
 #include "tinyllm/tensor/storage.h"
 
 namespace tinyllm {
@@ -23,6 +24,9 @@ namespace autograd {
 struct Node;
 }
 
+class Tensor;
+using TensorHook = std::function<void(const Tensor&)>;
+
 struct TensorImpl {
   Shape shape;
   std::size_t numel = 0;
@@ -33,6 +37,9 @@ struct TensorImpl {
   std::span<double> grad_home;
   bool requires_grad = false;
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
+  // A leaf's post-accumulate-grad hooks, or a non-leaf's grad hooks (see
+  // Tensor::register_hook); null until the first is registered.
+  std::shared_ptr<HookList<TensorHook>> hooks;
 };
 
 class Tensor {
@@ -72,6 +79,16 @@ class Tensor {
   double item() const;  // the value of a one-element tensor
   std::vector<double> to_vector() const;
   Tensor clone() const;  // a new leaf with a copy of the values
+
+  // Leaves only (torch's register_post_accumulate_grad_hook): hook(*this)
+  // runs once per backward that reaches this tensor, after the backward has
+  // added its last contribution to .grad, so .grad is final for that
+  // backward. Gradient accumulation fires it once per backward.
+  RemovableHandle register_post_accumulate_grad_hook(TensorHook hook) const;
+  // Non-leaves only (torch's register_hook): hook(*this) runs once backward
+  // has computed this tensor's whole gradient, before it flows on to the
+  // inputs of the op that produced it.
+  RemovableHandle register_hook(TensorHook hook) const;
 
   // Reverse-mode autograd from this tensor: scalar, or seeded with `gradient`
   // of the same shape. Accumulates into the leaves' .grad and frees the graph.
