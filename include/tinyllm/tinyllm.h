@@ -1,6 +1,7 @@
 // Everything tinyllm offers, in one include.
 #pragma once
 
+#include "tinyllm/dist/buckets.h"
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/comm.h"
 #include "tinyllm/dist/ddp.h"

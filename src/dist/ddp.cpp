@@ -3,24 +3,31 @@
 #include <stdexcept>
 
 #include "flat.h"
+#include "grad_buckets.h"
 
 namespace tinyllm::dist {
 
-DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm) : module_(std::move(model)), comm_(comm) {
+DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buckets)
+    : module_(std::move(model)), comm_(comm) {
   if (!module_) throw std::invalid_argument("DDP: model must not be null");
   register_module("module", module_);
   params_ = module_->parameters();
   check_same_parameters(comm_, params_, "DDP", /*stage=*/0);
   broadcast_params(comm_, params_);
   grads_ = std::make_unique<FlatGrads>(params_);
+  buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, buckets, "DDP"), [this](const Bucket& b) {
+    comm_.all_reduce(grads_->adopt(b.first, b.last), ReduceOp::Mean);
+  });
 }
 
 DDP::~DDP() = default;
 
 void DDP::sync_grads() {
-  check_every_rank_has_grads(comm_, params_, "DDP::sync_grads");
-  comm_.all_reduce(grads_->adopt(), ReduceOp::Mean);
+  check_every_rank_has_grads(comm_, params_, buckets_->touched(), "DDP::sync_grads");
+  buckets_->flush();
 }
+
+NoSyncGuard DDP::no_sync() { return NoSyncGuard(*buckets_); }
 
 std::size_t DDP::grad_bytes() const { return grads_->held() * sizeof(double); }
 

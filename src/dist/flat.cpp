@@ -99,10 +99,16 @@ FlatGrads::~FlatGrads() {
   }
 }
 
-std::span<double> FlatGrads::adopt() {
+std::span<double> FlatGrads::adopt(std::size_t first, std::size_t last) {
   allocate();
-  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
+  last = std::min(last, params_.size());
+  std::size_t begin = 0, end = 0;
+  for_each_segment(params_, [&](const Tensor& p, std::size_t offset) {
+    const std::size_t index = static_cast<std::size_t>(&p - params_.data());
+    if (index == first) begin = offset;
+    if (index < first || index >= last) return;
     const std::span<double> segment = flat_.span().subspan(offset, p.numel());
+    end = offset + p.numel();
     Storage& grad = p.impl().grad;
     if (grad.data() == segment.data()) return;
     if (grad.empty()) {
@@ -112,7 +118,7 @@ std::span<double> FlatGrads::adopt() {
     }
     grad = Storage::view(segment);
   });
-  return flat_.span();
+  return flat_.span().subspan(begin, end - begin);
 }
 
 void FlatGrads::release() {
@@ -163,6 +169,21 @@ void FlatParams::view_values() {
   for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
     p.impl().data = Storage::view(flat_.span().subspan(offset, p.numel()));
   });
+}
+
+void take_grads(const std::vector<Tensor>& params, std::size_t first, std::size_t last, std::span<double> flat) {
+  std::size_t offset = 0;
+  for (std::size_t i = first; i < last; ++i) {
+    const std::span<const double> grad = params[i].grad();
+    const std::span<double> segment = flat.subspan(offset, params[i].numel());
+    if (grad.empty()) {
+      std::fill(segment.begin(), segment.end(), 0.0);
+    } else {
+      std::copy(grad.begin(), grad.end(), segment.begin());
+    }
+    params[i].zero_grad();
+    offset += params[i].numel();
+  }
 }
 
 void broadcast_params(Comm& comm, const std::vector<Tensor>& params) {
@@ -217,8 +238,9 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
   }
 }
 
-void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, const char* who) {
-  const bool has_grads = std::any_of(params.begin(), params.end(), [](const Tensor& p) { return !p.grad().empty(); });
+void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who) {
+  const bool has_grads =
+      reduced || std::any_of(params.begin(), params.end(), [](const Tensor& p) { return !p.grad().empty(); });
   const double mine = has_grads ? 1.0 : 0.0;
   std::vector<double> all(static_cast<std::size_t>(comm.size()));
   comm.all_gather({&mine, 1}, all);

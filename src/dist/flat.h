@@ -34,9 +34,10 @@ class FlatGrads {
   FlatGrads(const FlatGrads&) = delete;
   FlatGrads& operator=(const FlatGrads&) = delete;
 
-  // Every .grad becomes a view of its segment: one held elsewhere is copied
-  // in, a missing one becomes zeros. Returns the vector.
-  std::span<double> adopt();
+  // Every .grad of parameters [first, last) becomes a view of its segment:
+  // one held elsewhere is copied in, a missing one becomes zeros. Returns
+  // their part of the vector (by default, all of it).
+  std::span<double> adopt(std::size_t first = 0, std::size_t last = static_cast<std::size_t>(-1));
   // Drops every .grad and gives the vector back to the storage cache.
   void release();
   // Takes the vector if it was released, and points each parameter's
@@ -88,7 +89,12 @@ void broadcast_params(Comm& comm, const std::vector<Tensor>& params);
 void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int stage);
 
 // Throws std::invalid_argument on every rank, naming the ranks, when some
-// rank brings no gradient at all to a reduction (backward() never ran).
-void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, const char* who);
+// rank brings no gradient at all to a reduction (backward() never ran):
+// no parameter has a grad, and none was reduced during backward (`reduced`).
+void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who);
+
+// Copies the grads of params [first, last) end to end into flat (zeros
+// where a parameter has none) and drops them.
+void take_grads(const std::vector<Tensor>& params, std::size_t first, std::size_t last, std::span<double> flat);
 
 }  // namespace tinyllm::dist

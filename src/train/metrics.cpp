@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/train/trainer.h"
 
@@ -44,12 +46,22 @@ dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r) {
   return peak;
 }
 
-std::uint64_t theory_bytes_sent(int zero, std::size_t n, int p, int r) {
-  const std::uint64_t c = chunk_length(n, p, r), q = static_cast<std::uint64_t>(p);
-  const std::uint64_t reduce_scatter = (n - c) * kDouble, all_gather = (q - 1) * c * kDouble;
-  const std::uint64_t all_reduce = reduce_scatter + all_gather;
+std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum) {
   if (p == 1) return 0;
-  return zero == 1 ? all_reduce + all_gather : reduce_scatter + all_gather;
+  const std::size_t n = config.num_parameters();
+  const auto [a, b] = dist::chunk_bounds(n, p, r);
+  const std::uint64_t c = b - a, q = static_cast<std::uint64_t>(p), K = grad_accum;
+  const std::uint64_t reduce_scatter = (n - c) * kDouble, all_gather = (q - 1) * c * kDouble;
+  // DDP and stage 1 reduce once (the micro-batches before the last run in
+  // no_sync); stages 2 and 3 reduce-scatter every micro-batch.
+  if (zero == 0) return reduce_scatter + all_gather;
+  if (zero == 1) return reduce_scatter + 2 * all_gather;
+  if (zero == 2) return K * reduce_scatter + all_gather;
+  // Stage 3 gathers the blocks (the units, after wte and wpe, before ln_f)
+  // for each micro-batch's forward and again for its backward, the rest once.
+  const std::size_t C = config.n_embd, begin = (config.vocab_size + config.block_size) * C, end = n - 2 * C;
+  const std::uint64_t in_units = std::max(a, std::min(b, end)) - std::max(a, std::min(b, begin));
+  return K * reduce_scatter + (q - 1) * ((c - in_units) + 2 * K * in_units) * kDouble;
 }
 
 std::size_t peak_rss_bytes() {

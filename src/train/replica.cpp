@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -44,7 +45,14 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
     adamw_ = std::make_unique<optim::AdamW>(params_, adamw);
     for (const Tensor& p : params_) longest = std::max(longest, p.numel());
   } else {
-    zero_optimizer_ = std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw), params_, *comm_, zero_);
+    // Stage 3 gathers block by block; the embeddings and ln_f (2 to 3% of
+    // the parameters at the sizes this trainer runs) stay gathered for the step.
+    dist::ZeroOptions options;
+    if (zero_ == 3) {
+      for (const auto& [name, block] : model_->h->named_children()) options.units.push_back(block);
+    }
+    zero_optimizer_ =
+        std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw), params_, *comm_, zero_, options);
   }
   zeros_.assign(longest, 0.0);
 }
@@ -60,6 +68,12 @@ double Replica::backward(const Batch& batch, std::size_t grad_accum) {
     Tensor loss = model_->loss(inputs, targets, rows, T);
     if (grad_accum > 1) loss = loss * (1.0 / static_cast<double>(grad_accum));
     loss_sum += loss.item();
+    // DDP and stage 1 hold every gradient anyway: they add the micro-batches
+    // up locally and reduce once, during the last backward. Stages 2 and 3
+    // reduce each micro-batch's, so as not to hold them.
+    std::optional<dist::NoSyncGuard> quiet;
+    if (m + 1 < grad_accum && ddp_) quiet.emplace(ddp_->no_sync());
+    if (m + 1 < grad_accum && zero_ == 1) quiet.emplace(zero_optimizer_->no_sync());
     loss.backward();
   }
   return loss_sum;
@@ -98,6 +112,14 @@ dist::MemoryBytes Replica::memory_bytes() const {
   return {.params = n_ * sizeof(double), .grads = grads, .optimizer = adamw_->state_dict().bytes()};
 }
 
+dist::MemoryBytes Replica::peak_memory_bytes() const {
+  return zero_optimizer_ ? zero_optimizer_->peak_memory_bytes() : memory_bytes();
+}
+
+void Replica::reset_peak_memory_bytes() {
+  if (zero_optimizer_) zero_optimizer_->reset_peak_memory_bytes();
+}
+
 double Replica::adam_step() const {
   return state_step(zero_optimizer_ ? zero_optimizer_->inner().state_dict() : adamw_->state_dict());
 }
@@ -119,14 +141,13 @@ std::vector<std::span<const double>> Replica::segments(Region region) const {
 
 std::vector<double> Replica::full(Region region) {
   std::vector<double> out(n_);
-  if (zero_optimizer_ && region != Region::Params) {
+  if (zero_optimizer_) {  // every region is the ranks' chunks, the parameters too
     const std::span<const double> chunk = segments(region)[0];
     comm_->all_gather(chunk.empty() ? std::span<const double>(zeros_).first(b_ - a_) : chunk, out);
     return out;
   }
-  if (zero_optimizer_) zero_optimizer_->gather();
   const std::vector<std::span<const double>> segs =
-      region == Region::Params || zero_optimizer_ ? std::vector<std::span<const double>>() : segments(region);
+      region == Region::Params ? std::vector<std::span<const double>>() : segments(region);
   std::size_t offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     // Before AdamW's first step its state is empty: zeros, as out starts.

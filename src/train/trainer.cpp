@@ -229,6 +229,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
     const auto step_start = Clock::now();
     const std::uint64_t sent_before = comm.total_traffic().bytes_sent;
     replica.zero_grad();
+    replica.reset_peak_memory_bytes();
     dist::MemoryBytes peak = replica.memory_bytes();
     const double local = replica.backward(corpus.batch(step, B, T, r, p), o.grad_accum);
     peak = max_of(peak, replica.memory_bytes());
@@ -237,7 +238,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
     if (!std::isfinite(loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", loss, step));
     const double grad_norm = replica.step(o.clip);
     const dist::MemoryBytes state = replica.memory_bytes();
-    peak = max_of(peak, state);
+    peak = max_of(max_of(peak, state), replica.peak_memory_bytes());
     const double seconds = since(step_start);
 
     const RankStats mine{.rank = r,
@@ -245,7 +246,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
                          .peak = peak,
                          .peak_rss = peak_rss_bytes(),
                          .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
-                         .theory_sent = theory_bytes_sent(o.zero, n, p, r)};
+                         .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum)};
     const StepReport report{.step = step,
                             .loss = loss,
                             .grad_norm = grad_norm,

@@ -18,7 +18,9 @@
 namespace tinyllm::testing {
 namespace {
 
+using dist::Collective;
 using dist::Comm;
+using dist::NoSyncGuard;
 
 struct ModeCase {
   Backend backend;
@@ -95,27 +97,41 @@ TEST_P(DataParallelTest, ClipReturnsTheGlobalNormOnEveryRank) {
   });
 }
 
-TEST_P(DataParallelTest, AccumulationSendsNothingUntilTheStep) {
+// Buckets are reduced during backward, unless inside no_sync(): then the
+// gradients add up locally and the last micro-batch's backward reduces
+// them, bucket by bucket, so sync_grads() or step() sends only its checks.
+TEST_P(DataParallelTest, NoSyncSendsNothingAndTheLastBackwardReduces) {
   const auto [backend, mode] = GetParam();
   run_ranks(backend, 2, [&](Comm& comm) {
     auto net = std::make_shared<TinyNet>(5);
     std::unique_ptr<dist::DDP> ddp;
     std::unique_ptr<dist::ZeroOptimizer> zo;
+    // Four tensors in buckets of one each: the reductions are counted one by one.
+    const dist::BucketOptions one_each{.bucket_bytes = 8, .first_bucket_bytes = 8};
     if (mode == Mode::Ddp) {
-      ddp = std::make_unique<dist::DDP>(net, comm);
+      ddp = std::make_unique<dist::DDP>(net, comm, one_each);
     } else {
-      zo = std::make_unique<dist::ZeroOptimizer>(adamw_with_decay(), net->parameters(), comm, static_cast<int>(mode));
+      zo = std::make_unique<dist::ZeroOptimizer>(adamw_with_decay(), net->parameters(), comm, static_cast<int>(mode),
+                                                 dist::ZeroOptions{.buckets = one_each, .units = {}, .prefetch = 1});
       zo->gather();
     }
+    const auto quiet = [&] { return ddp ? ddp->no_sync() : zo->no_sync(); };
+    const Collective reduction =
+        mode == Mode::Ddp || mode == Mode::Zero1 ? Collective::AllReduce : Collective::ReduceScatter;
     const std::uint64_t calls = comm.total_traffic().calls;
-    for (int m = 0; m < 3; ++m) tiny_loss(*net, 0, 4 * static_cast<std::size_t>(m), 4).backward();
-    EXPECT_EQ(comm.total_traffic().calls, calls) << "a micro-batch's backward communicated";
+    for (int m = 0; m < 2; ++m) {
+      NoSyncGuard guard = quiet();
+      tiny_loss(*net, 0, 4 * static_cast<std::size_t>(m), 4).backward();
+    }
+    EXPECT_EQ(comm.total_traffic().calls, calls) << "a backward inside no_sync() communicated";
+    tiny_loss(*net, 0, 8, 4).backward();
+    EXPECT_EQ(comm.traffic(reduction).calls, 4u) << "the last backward reduces each bucket once";
     if (ddp) {
       ddp->sync_grads();
     } else {
       zo->step();
     }
-    EXPECT_GT(comm.total_traffic().calls, calls);
+    EXPECT_EQ(comm.traffic(reduction).calls, 4u) << "nothing is left to reduce after backward";
   });
 }
 

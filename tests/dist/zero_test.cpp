@@ -12,6 +12,7 @@
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
+#include "tinyllm/dist/errors.h"
 #include "tinyllm/dist/procs_comm.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/sgd.h"
@@ -22,6 +23,7 @@ namespace {
 
 using dist::Comm;
 using dist::MemoryBytes;
+using dist::NoSyncGuard;
 using dist::ZeroOptimizer;
 
 optim::OptimizerFactory adamw_with_decay() {
@@ -229,12 +231,30 @@ TEST_P(ZeroOptimizerRanksTest, StepWithoutGradientsNamesTheRank) {
   run_ranks(GetParam(), 3, [](Comm& comm) {
     TinyNet net(1);
     ZeroOptimizer zo(adamw_with_decay(), net.parameters(), comm, 2);
-    if (comm.rank() != 1) tiny_loss(net, 0, 0, 4).backward();
+    // Inside no_sync() backward sends nothing, so the check at step() is the first collective.
+    if (comm.rank() != 1) {
+      NoSyncGuard quiet = zo.no_sync();
+      tiny_loss(net, 0, 0, 4).backward();
+    }
     EXPECT_THROW_WITH(zo.step(), std::invalid_argument,
                       "ZeroOptimizer::step: rank(s) 1 have no gradients (call backward() before reducing)");
     // No rank has any: every rank is named.
     zo.zero_grad();
     EXPECT_THROW_WITH(zo.step(), std::invalid_argument, "rank(s) 0, 1, 2 have no gradients");
+  });
+}
+
+// Without no_sync(), the ranks that ran backward reduce its first bucket
+// while the other checks for gradients: every rank names the mismatch.
+TEST_P(ZeroOptimizerRanksTest, BackwardOnSomeRanksOnlyIsNamedAsAMismatch) {
+  run_ranks(GetParam(), 3, [](Comm& comm) {
+    TinyNet net(1);
+    ZeroOptimizer zo(adamw_with_decay(), net.parameters(), comm, 2);
+    const auto backward_and_step = [&] {
+      if (comm.rank() != 1) tiny_loss(net, 0, 0, 4).backward();
+      zo.step();
+    };
+    EXPECT_THROW_WITH(backward_and_step(), dist::CommError, "collective mismatch");
   });
 }
 
@@ -316,7 +336,13 @@ TEST(ZeroOptimizerTest, ParametersAreViewsOfOneVectorAndOutliveIt) {
                 << what << " " << i;
           }
         };
-        expect_views_of_one_vector([](const Tensor& t) { return t.grad(); }, "grad after backward");
+        if (stage == 1) {
+          expect_views_of_one_vector([](const Tensor& t) { return t.grad(); }, "grad after backward");
+        } else {
+          // Backward reduce-scattered every bucket into the chunk and dropped it.
+          for (const Tensor& p : params) EXPECT_TRUE(p.grad().empty());
+          EXPECT_EQ(zo.master_chunk().grad().size(), zo.master_chunk().numel());
+        }
         zo.step();
         zo.gather();
         expect_views_of_one_vector([](const Tensor& t) { return t.data(); }, "parameter");

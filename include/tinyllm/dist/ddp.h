@@ -8,23 +8,32 @@
 // (PyTorch's gradient_as_bucket_view).
 // Reference: Li et al., PyTorch Distributed (VLDB 2020); seed section 2.
 //
+// The bucket is reduced in pieces during backward: buckets of
+// BucketOptions::bucket_bytes, in reverse parameter order, each
+// all-reduced as soon as backward has finished every gradient in it
+// (PyTorch DDP's reducer). The mean is taken element by element in rank
+// order, so the pieces give exactly the bits one all_reduce would.
+//
 // A training step on each rank:
 //   opt.zero_grad(); loss(slice).backward(); ddp.sync_grads(); opt.step();
-// Gradient accumulation needs no switch (PyTorch's no_sync): backward()
-// adds into .grad, so run every micro-batch's backward and call
-// sync_grads() once, after the last; nothing is sent before it.
+// sync_grads() reduces what backward did not (nothing, when every
+// parameter got its gradient). Gradient accumulation: run all but the last
+// micro-batch's backward inside no_sync(), which sends nothing; without
+// it, each backward reduces again (the same result, more traffic).
 #pragma once
 
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "tinyllm/dist/buckets.h"
 #include "tinyllm/dist/comm.h"
 #include "tinyllm/nn/module.h"
 
 namespace tinyllm::dist {
 
 class FlatGrads;
+class GradBuckets;
 
 class DDP : public nn::Module {
  public:
@@ -32,8 +41,9 @@ class DDP : public nn::Module {
   // model is registered as the child "module", so parameters() is the
   // model's, in its order, and names read "module.<name>" as in PyTorch.
   // std::invalid_argument on every rank for a null model, a model without
-  // parameters, or ranks whose models differ in parameter count or shapes.
-  DDP(std::shared_ptr<nn::Module> model, Comm& comm);
+  // parameters, ranks whose models differ in parameter count or shapes,
+  // or a bucket size of 0.
+  DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buckets = {});
   // Grads still viewing the bucket become the parameters' own copies.
   ~DDP() override;
 
@@ -57,6 +67,8 @@ class DDP : public nn::Module {
   // gradient). std::invalid_argument on every rank when a rank has no
   // gradient at all.
   void sync_grads();
+  // While the guard lives, backward sends nothing.
+  NoSyncGuard no_sync();
 
   // Gradient bytes this rank holds: the bucket, which lives as long as DDP
   // (the next backward's home), and any grad kept outside it.
@@ -67,6 +79,7 @@ class DDP : public nn::Module {
   Comm& comm_;
   std::vector<Tensor> params_;  // module_'s, in parameters() order
   std::unique_ptr<FlatGrads> grads_;
+  std::unique_ptr<GradBuckets> buckets_;
 };
 
 }  // namespace tinyllm::dist

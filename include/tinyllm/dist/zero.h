@@ -18,18 +18,33 @@
 //   2      n           n/p         K·n/p + n/p
 //   3      n/p         n/p         K·n/p        (the chunk is the parameters)
 // The full gradients of stage 1 stay in .grad until zero_grad(), as a loop
-// that logs gradient norms wants them. The gradients are views of one flat
-// vector, so backward adds straight into it and the collective needs no
-// copy; stages 2 and 3 give it back to the storage cache after the
-// reduce-scatter and take it again at zero_grad(), while stage 1 keeps it
-// (it counts after zero_grad() too). The parameters are views of a flat
-// vector as well, so the all_gather writes straight into them; stage 3
-// releases it between steps.
+// that logs gradient norms wants them; they are views of one flat vector,
+// all-reduced in place bucket by bucket.
+//
+// During backward the gradients are reduced bucket by bucket as each fills
+// (BucketOptions; DeepSpeed's bucketed reduce-scatter): stage 1
+// all-reduces, stages 2 and 3 reduce-scatter each bucket into this rank's
+// part of the chunk's gradient and drop the bucket's .grad arrays at once,
+// so no rank holds every gradient: at most its chunk's, the bucket being
+// reduced and the gradients backward has not finished.
+//
+// Stage 3 with units (ZeroOptions::units, e.g. each transformer block; the
+// idea of PyTorch FSDP2 and DeepSpeed ZeRO-3): a unit's parameters are
+// all-gathered just before its forward and freed right after it,
+// re-gathered when backward reaches its output, and freed again once its
+// gradients are reduce-scattered. The next `prefetch` units (in the order
+// of the pass) are gathered with it. Parameters outside every unit (a
+// GPT's embeddings and final LayerNorm) are gathered by gather() and freed
+// by step(). Without units, gather() gathers every parameter, as the seed's
+// stage 3 does.
 //
 // A training step on each rank (the seed's):
 //   zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step();
-// Gradient accumulation: run every micro-batch's backward, then step()
-// once; nothing is sent before it.
+// Gradient accumulation: step() once after every micro-batch's backward.
+// Stages 2 and 3 reduce each micro-batch's gradient as backward produces it
+// and add it into the chunk's; stage 1 likewise, unless the micro-batches
+// before the last run inside no_sync(), which sends nothing and
+// accumulates locally (in stages 2 and 3 that holds full gradients).
 #pragma once
 
 #include <cstddef>
@@ -37,10 +52,12 @@
 #include <utility>
 #include <vector>
 
+#include "tinyllm/dist/buckets.h"
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/comm.h"
 #include "tinyllm/dist/ddp.h"
 #include "tinyllm/dist/threads_comm.h"
+#include "tinyllm/nn/module.h"
 #include "tinyllm/optim/optimizer.h"
 
 namespace tinyllm::dist {
@@ -52,8 +69,19 @@ struct MemoryBytes {
   std::size_t total() const { return params + grads + optimizer; }
 };
 
+struct ZeroOptions {
+  BucketOptions buckets;
+  // Stage 3 only: modules whose parameters form a contiguous run of the
+  // parameter list, gathered and freed one at a time.
+  std::vector<std::shared_ptr<nn::Module>> units;
+  // Units gathered ahead of the one the pass needs (0: none).
+  int prefetch = 1;
+};
+
 class FlatGrads;
 class FlatParams;
+class GradBuckets;
+struct Bucket;
 
 class ZeroOptimizer {
  public:
@@ -63,15 +91,19 @@ class ZeroOptimizer {
   // hyperparameters). Stage 3 then releases the full parameters: call
   // gather() before the first forward. std::invalid_argument, on every rank
   // and before any large collective, for a stage other than 1, 2 or 3, an
-  // empty parameter list, or ranks disagreeing on the stage or on the
-  // parameters' count or shapes.
-  ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Tensor> params, Comm& comm, int stage);
+  // empty parameter list, ranks disagreeing on the stage or on the
+  // parameters' count or shapes, a bucket size of 0, a negative prefetch,
+  // units below stage 3, or a unit whose parameters are not a run of the
+  // list or belong to another unit.
+  ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Tensor> params, Comm& comm, int stage,
+                ZeroOptions options = {});
   // Parameters and grads still viewing its flat vectors become their own copies.
   ~ZeroOptimizer();
 
   // Collective in stage 3: all-gathers the chunks into full parameters for
-  // the forward pass (a no-op when they are already there). A no-op in
-  // stages 1 and 2, whose parameters are always full.
+  // the forward pass (a no-op when they are already there); with units,
+  // only the parameters outside them. A no-op in stages 1 and 2, whose
+  // parameters are always full.
   void gather();
   // Collective. Reduces the gradients (stage 1 all_reduce(Mean), stages 2
   // and 3 reduce_scatter(Mean) and drop the full .grad arrays), steps the
@@ -82,6 +114,8 @@ class ZeroOptimizer {
   void step();
   // Drops the gradients: the parameters' and the chunk's.
   void zero_grad();
+  // While the guard lives, backward sends nothing.
+  NoSyncGuard no_sync();
 
   // Collective; call after the last backward and before step(). Clips the
   // gradient to a global 2-norm of max_norm, exactly as clip_grad_norm on
@@ -93,6 +127,10 @@ class ZeroOptimizer {
 
   // What this rank holds now, from the buffers that exist (see the table).
   MemoryBytes memory_bytes() const;
+  // The most it held at once since the last reset: each part at the moment
+  // the total peaked (parameters and gradients live together in a step).
+  MemoryBytes peak_memory_bytes() const { return peak_; }
+  void reset_peak_memory_bytes() { peak_ = memory_bytes(); }
 
   int stage() const { return stage_; }
   std::pair<std::size_t, std::size_t> chunk() const { return {a_, b_}; }  // [a, b) of the flat vector
@@ -100,23 +138,46 @@ class ZeroOptimizer {
   optim::Optimizer& inner() const { return *inner_; }
 
  private:
-  // Steps 1 and 2 of step(): flatten the grads and reduce them into the
-  // master chunk's grad, once per step.
+  // A run of parameters [first, last) whose values are gathered and
+  // released together: a unit, a run outside the units, or (without units)
+  // every parameter. Its values are the flat vector's [begin, end).
+  struct Group {
+    std::size_t first = 0, last = 0;
+    std::size_t begin = 0, end = 0;
+    std::unique_ptr<FlatParams> values;
+    bool gathered = true;
+  };
+
+  void make_groups(const std::vector<std::pair<std::size_t, std::size_t>>& units);
+  void hook_units(const std::vector<std::shared_ptr<nn::Module>>& units);
+  // Steps 1 and 2 of step(): the reductions backward has not done, once per step.
   void reduce_grads();
-  void all_gather_params();
-  void release_params();
+  void reduce_bucket(const Bucket& bucket);
+  void gather_group(std::size_t g);
+  void all_gather_group(std::size_t g);
+  void release_group(std::size_t g);
+  // Group g and the `prefetch_` after it in the direction of the pass.
+  void gather_with_prefetch(std::size_t g, int direction);
+  void note_peak();
 
   std::vector<Tensor> params_;
   Comm& comm_;
   int stage_;
   std::size_t n_ = 0;
   std::size_t a_ = 0, b_ = 0;
-  std::unique_ptr<FlatParams> values_;  // every parameter's values (released in stage 3 between steps)
-  std::unique_ptr<FlatGrads> grads_;    // every .grad (released in stages 2 and 3 after each reduce-scatter)
-  Tensor master_chunk_;                 // w[a, b), the inner optimizer's one parameter
+  std::vector<Group> groups_;             // in parameter order
+  std::vector<std::size_t> unit_groups_;  // the groups that are units, in unit order
+  int prefetch_ = 1;
+  std::unique_ptr<FlatGrads> grads_;  // stage 1: every .grad, a view of one flat vector
+  Storage staging_;                   // stages 2, 3: a bucket's gradients, end to end, while it is reduced
+  Storage part_;                      // stages 2, 3: this rank's part of a bucket's mean, to add
+  std::vector<char> summed_;          // by a bucket's first parameter: its mean is in the chunk's grad
+  std::unique_ptr<GradBuckets> buckets_;
+  Tensor master_chunk_;  // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
-  bool reduced_ = false;  // this step's gradients are already in master_chunk_'s grad
-  bool gathered_ = true;  // the parameters hold their values (always, below stage 3)
+  std::vector<RemovableHandle> unit_hooks_;
+  MemoryBytes peak_;
+  bool reduced_ = false;  // this step's gradients are all in master_chunk_'s grad
 };
 
 }  // namespace tinyllm::dist

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tinyllm/dist/zero.h"
+#include "tinyllm/nn/gpt.h"
 
 namespace tinyllm::train {
 
@@ -22,12 +23,14 @@ struct StepReport;
 dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r);
 dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r);
 
-// The bytes rank r's collectives of n values send in one step, as
+// The bytes rank r's collectives send in one step of the GPT, as
 // dist::Comm counts them: DDP one all_reduce; stage 1 an all_reduce and an
-// all_gather; stage 2 a reduce_scatter and an all_gather; stage 3 the
-// gather's all_gather and a reduce_scatter. (The loss and the gradient
-// norm add a few bytes of their own.)
-std::uint64_t theory_bytes_sent(int zero, std::size_t n, int p, int r);
+// all_gather; stage 2 a reduce_scatter per micro-batch and an all_gather;
+// stage 3 a reduce_scatter per micro-batch, the all_gather of the
+// embeddings and ln_f once and of every block twice per micro-batch (its
+// forward, and again its backward: the ZeRO paper's 1.5x of DDP). (The loss
+// and the gradient norm add a few bytes of their own.)
+std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1);
 
 // This process's peak resident set so far, in bytes.
 std::size_t peak_rss_bytes();

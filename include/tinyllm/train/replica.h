@@ -53,6 +53,11 @@ class Replica {
   // The model-state bytes this rank holds now (ZeRO's memory_bytes(); for
   // DDP and one process the parameters, every gradient buffer, AdamW's state).
   dist::MemoryBytes memory_bytes() const;
+  // The most it held at once since the reset, within a step (ZeRO's
+  // peak_memory_bytes(); for DDP and one process, memory_bytes(), whose
+  // buffers live for the whole run).
+  dist::MemoryBytes peak_memory_bytes() const;
+  void reset_peak_memory_bytes();
   // AdamW's step count: the optimizer steps taken (0 before the first).
   double adam_step() const;
 

@@ -1,0 +1,38 @@
+// BucketOptions: how DDP and ZeroOptimizer group the gradients into buckets
+// that are reduced during backward, as each fills (PyTorch DDP's
+// bucket_cap_mb; Li et al., PyTorch Distributed, VLDB 2020, section 3.2.3).
+// Buckets take the parameters in reverse order, the order backward
+// finishes them. A parameter larger than a bucket gets a bucket of its own.
+#pragma once
+
+#include <cstddef>
+
+namespace tinyllm::dist {
+
+class GradBuckets;
+
+struct BucketOptions {
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  // The first bucket (the last parameters, whose gradients are ready
+  // first) is smaller, so that the first reduction starts early.
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+};
+
+// While alive, backward reduces nothing (PyTorch's no_sync()): for all but
+// the last micro-batch of an accumulation. The gradients add up locally, and
+// the next backward outside it (or sync_grads(), step()) reduces them.
+class [[nodiscard]] NoSyncGuard {
+ public:
+  explicit NoSyncGuard(GradBuckets& buckets);
+  ~NoSyncGuard();
+  NoSyncGuard(NoSyncGuard&& other) noexcept;
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+
+ private:
+  GradBuckets* buckets_;
+  bool previous_;
+};
+
+}  // namespace tinyllm::dist

@@ -1,0 +1,80 @@
+// GradBuckets: the parameters in buckets, and the hooks that hand each
+// bucket to a reduction as soon as backward has finished every gradient in
+// it. DDP and ZeroOptimizer share it; what "reduce" means (an all_reduce in
+// place, a reduce_scatter into the chunk) is theirs.
+//
+// A round runs from one flush() to the next. Within a round, a bucket is
+// reduced during backward once all its parameters' gradients are final,
+// and buckets are reduced strictly in bucket order, so every rank issues
+// the same collectives in the same order. flush() then reduces every bucket
+// that the round's backward did not (unused parameters, gradients set by
+// hand) or that changed after its reduction (a second backward without
+// no_sync(): the sum of the reduced and the new gradients is reduced
+// again, which is still the mean of every rank's total). Inside no_sync()
+// the hooks only note that a bucket changed; its gradients accumulate
+// locally until a later backward or flush() reduces them.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "tinyllm/dist/buckets.h"
+#include "tinyllm/tensor/hooks.h"
+#include "tinyllm/tensor/tensor.h"
+
+namespace tinyllm::dist {
+
+struct Bucket {
+  std::size_t first = 0, last = 0;  // parameters [first, last), in parameters() order
+  std::size_t begin = 0, end = 0;   // their values' range in the flat vector
+};
+
+// The buckets over `params`, in the order backward finishes them: from the
+// last parameter back, each closing when the next parameter would take it
+// past its size, except that each run [first, last) of `whole` (ZeRO's
+// units) is one bucket of its own. std::invalid_argument, prefixed by
+// `who`, for a bucket size of 0.
+std::vector<Bucket> make_buckets(const std::vector<Tensor>& params, const BucketOptions& options, const char* who,
+                                 const std::vector<std::pair<std::size_t, std::size_t>>& whole = {});
+
+class GradBuckets {
+ public:
+  using Reduce = std::function<void(const Bucket&)>;
+
+  GradBuckets(std::vector<Tensor> params, std::vector<Bucket> buckets, Reduce reduce);
+  ~GradBuckets();  // removes the hooks
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
+
+  // Reduces what the round left (see above), in bucket order, and starts a new round.
+  void flush();
+  // Starts a new round without reducing: the gradients were dropped.
+  void clear();
+  // Whether any gradient reached a hook this round.
+  bool touched() const { return touched_; }
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  std::size_t largest() const;  // values in the longest bucket
+
+ private:
+  void on_grad_ready(std::size_t param);
+  void reduce_ready_in_order();
+
+  std::vector<Tensor> params_;
+  Reduce reduce_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // by parameter
+  std::vector<char> ready_;             // by parameter, this round
+  std::vector<std::size_t> pending_;    // by bucket: parameters not yet ready this round
+  std::vector<char> reduced_;           // by bucket: reduced this round and unchanged since
+  std::size_t next_ = 0;                // the next bucket to reduce during backward
+  bool touched_ = false;
+  bool sync_ = true;
+  std::vector<RemovableHandle> handles_;
+};
+
+}  // namespace tinyllm::dist
