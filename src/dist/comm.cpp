@@ -18,17 +18,27 @@ namespace {
 
 constexpr std::uint64_t kBytes = sizeof(double);
 
+bool whole(const CollectiveHeader& h) { return h.begin == 0 && h.length == h.n; }
+
+// "10 values", or "the window at 2 of length 5 of 10 values" (begin + length
+// is not printed: a bad window may overflow it).
+std::string values(const CollectiveHeader& h) {
+  if (whole(h)) return fmt::format("{} values", h.n);
+  return fmt::format("the window at {} of length {} of {} values", h.begin, h.length, h.n);
+}
+
 std::string describe(const CollectiveHeader& h) {
   const char* reduce = h.reduce == ReduceOp::Mean ? "mean" : "sum";
+  const char* part = whole(h) ? "chunk" : "part";
   switch (h.op) {
     case Collective::Broadcast:
       return fmt::format("broadcast #{} of {} values from root {}", h.seq, h.n, h.root);
     case Collective::AllReduce:
       return fmt::format("all_reduce #{} ({}) of {} values", h.seq, reduce, h.n);
     case Collective::ReduceScatter:
-      return fmt::format("reduce_scatter #{} ({}) of {} values into a chunk of {}", h.seq, reduce, h.n, h.local);
+      return fmt::format("reduce_scatter #{} ({}) of {} into a {} of {}", h.seq, reduce, values(h), part, h.local);
     case Collective::AllGather:
-      return fmt::format("all_gather #{} of {} values from a chunk of {}", h.seq, h.n, h.local);
+      return fmt::format("all_gather #{} of {} from a {} of {}", h.seq, values(h), part, h.local);
     case Collective::Barrier:
       return fmt::format("barrier #{}", h.seq);
   }
@@ -36,7 +46,8 @@ std::string describe(const CollectiveHeader& h) {
 }
 
 bool agree(const CollectiveHeader& x, const CollectiveHeader& y) {
-  return x.op == y.op && x.seq == y.seq && x.n == y.n && x.reduce == y.reduce && x.root == y.root;
+  return x.op == y.op && x.seq == y.seq && x.n == y.n && x.begin == y.begin && x.length == y.length &&
+         x.reduce == y.reduce && x.root == y.root;
 }
 
 // What is wrong with rank q's own arguments, judged by its header alone;
@@ -46,10 +57,24 @@ std::string argument_problem(const CollectiveHeader& h, int p, int q) {
     return fmt::format("broadcast: root must be in [0, {}) (got {})", p, h.root);
   }
   if (h.op == Collective::ReduceScatter || h.op == Collective::AllGather) {
-    auto [a, b] = chunk_bounds(h.n, p, q);
-    if (h.local != b - a) {
-      return fmt::format("{}: rank {}'s chunk of {} values must hold {} values (got {})", collective_name(h.op), q, h.n,
-                         b - a, h.local);
+    const char* name = collective_name(h.op);
+    if (h.begin > h.n || h.length > h.n - h.begin) {
+      return fmt::format("{}: rank {}'s window at {} of length {} must lie inside the {} values", name, q, h.begin,
+                         h.length, h.n);
+    }
+    if (h.buffer != h.length) {
+      const char* buffer = h.op == Collective::ReduceScatter ? "input" : "output";
+      return fmt::format("{}: rank {}'s {} for {} must hold {} values (got {})", name, q, buffer, values(h), h.length,
+                         h.buffer);
+    }
+    auto [first, last] = window_part({h.n, h.begin, h.length}, p, q);
+    if (h.local != last - first) {
+      if (whole(h)) {
+        return fmt::format("{}: rank {}'s chunk of {} values must hold {} values (got {})", name, q, h.n, last - first,
+                           h.local);
+      }
+      return fmt::format("{}: rank {}'s part [{}, {}) of {} must hold {} values (got {})", name, q, first, last,
+                         values(h), last - first, h.local);
     }
   }
   return {};
@@ -132,10 +157,21 @@ void Comm::run(const CollectiveHeader& mine, Transfer&& transfer) {
   count(mine);
 }
 
+Comm::Layout Comm::lay_out(const Window& w) {
+  layout_.resize(static_cast<std::size_t>(size()));
+  for (int q = 0; q < size(); ++q) {
+    auto [first, last] = window_part(w, size(), q);
+    layout_[q] = {first - w.begin, last - w.begin};
+  }
+  return layout_;
+}
+
+// The formulas hold for any window, and add up: windows that tile [0, n)
+// count exactly what one collective over all n values counts.
 void Comm::count(const CollectiveHeader& h) {
   const std::uint64_t p = static_cast<std::uint64_t>(size());
-  auto [a, b] = chunk_bounds(h.n, size(), rank());
-  const std::uint64_t own = b - a;
+  auto [first, last] = window_part({h.n, h.begin, h.length}, size(), rank());
+  const std::uint64_t own = last - first;
   Traffic t{.calls = 1};
   switch (h.op) {
     case Collective::Broadcast:
@@ -145,16 +181,16 @@ void Comm::count(const CollectiveHeader& h) {
         t.bytes_received = h.n * kBytes;
       }
       break;
-    case Collective::ReduceScatter:  // the others' parts of my chunk come in, my parts of theirs go out
-      t.bytes_sent = (h.n - own) * kBytes;
+    case Collective::ReduceScatter:  // the others' parts of my part come in, my parts of theirs go out
+      t.bytes_sent = (h.length - own) * kBytes;
       t.bytes_received = (p - 1) * own * kBytes;
       break;
     case Collective::AllGather:
       t.bytes_sent = (p - 1) * own * kBytes;
-      t.bytes_received = (h.n - own) * kBytes;
+      t.bytes_received = (h.length - own) * kBytes;
       break;
     case Collective::AllReduce:
-      t.bytes_sent = t.bytes_received = ((h.n - own) + (p - 1) * own) * kBytes;
+      t.bytes_sent = t.bytes_received = ((h.length - own) + (p - 1) * own) * kBytes;
       break;
     case Collective::Barrier:
       break;
@@ -163,25 +199,46 @@ void Comm::count(const CollectiveHeader& h) {
 }
 
 void Comm::broadcast(std::span<double> buf, int root) {
-  CollectiveHeader h{.op = Collective::Broadcast, .seq = seq_++, .n = buf.size(), .root = root};
+  CollectiveHeader h{.op = Collective::Broadcast, .seq = seq_++, .n = buf.size(), .length = buf.size(), .root = root};
   run(h, [&] { transport_broadcast(buf, root); });
 }
 
 void Comm::all_reduce(std::span<double> buf, ReduceOp op) {
-  CollectiveHeader h{.op = Collective::AllReduce, .reduce = op, .seq = seq_++, .n = buf.size()};
-  run(h, [&] { transport_all_reduce(buf, op); });
+  CollectiveHeader h{.op = Collective::AllReduce, .reduce = op, .seq = seq_++, .n = buf.size(), .length = buf.size()};
+  run(h, [&] { transport_all_reduce(buf, op, lay_out({buf.size(), 0, buf.size()})); });
 }
 
 void Comm::reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
-  CollectiveHeader h{.op = Collective::ReduceScatter, .reduce = op, .seq = seq_++, .n = in.size(), .local = out.size()};
-  run(h, [&] { transport_reduce_scatter(in, out, op); });
-  if (size() == 1) std::copy(in.begin(), in.end(), out.begin());
+  reduce_scatter(in, out, op, {in.size(), 0, in.size()});
 }
 
 void Comm::all_gather(std::span<const double> chunk, std::span<double> out) {
-  CollectiveHeader h{.op = Collective::AllGather, .seq = seq_++, .n = out.size(), .local = chunk.size()};
-  run(h, [&] { transport_all_gather(chunk, out); });
-  if (size() == 1) std::copy(chunk.begin(), chunk.end(), out.begin());
+  all_gather(chunk, out, {out.size(), 0, out.size()});
+}
+
+void Comm::reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op, const Window& w) {
+  CollectiveHeader h{.op = Collective::ReduceScatter,
+                     .reduce = op,
+                     .seq = seq_++,
+                     .n = w.n,
+                     .begin = w.begin,
+                     .length = w.length,
+                     .local = out.size(),
+                     .buffer = in.size()};
+  run(h, [&] { transport_reduce_scatter(in, out, op, lay_out(w)); });
+  if (size() == 1) std::copy(in.begin(), in.end(), out.begin());
+}
+
+void Comm::all_gather(std::span<const double> part, std::span<double> out, const Window& w) {
+  CollectiveHeader h{.op = Collective::AllGather,
+                     .seq = seq_++,
+                     .n = w.n,
+                     .begin = w.begin,
+                     .length = w.length,
+                     .local = part.size(),
+                     .buffer = out.size()};
+  run(h, [&] { transport_all_gather(part, out, lay_out(w)); });
+  if (size() == 1) std::copy(part.begin(), part.end(), out.begin());
 }
 
 void Comm::barrier() {

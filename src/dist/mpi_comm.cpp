@@ -20,7 +20,6 @@
 #include <type_traits>
 
 #include "reduce.h"
-#include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/errors.h"
 
 namespace tinyllm::dist {
@@ -209,12 +208,12 @@ void MpiComm::exchange_headers(const CollectiveHeader& mine, std::span<Collectiv
 }
 
 // Vectors longer than max_count_ go in pieces [s, e). Rank q's part of a
-// piece is where the piece overlaps q's chunk_bounds chunk: counts_[q]
-// values at displs_[q] from s. A vector of one piece is laid out exactly by
-// the chunks.
-void MpiComm::lay_out_piece(std::size_t n, std::size_t s, std::size_t e) {
+// piece is where the piece overlaps q's part of the layout (its chunk_bounds
+// chunk, or its part of a window): counts_[q] values at displs_[q] from s.
+// A vector of one piece is laid out exactly by the layout.
+void MpiComm::lay_out_piece(Layout layout, std::size_t s, std::size_t e) {
   for (int q = 0; q < size_; ++q) {
-    auto [a, b] = chunk_bounds(n, size_, q);
+    auto [a, b] = layout[q];
     const std::size_t lo = std::clamp(a, s, e), hi = std::clamp(b, s, e);
     counts_[q] = static_cast<int>(hi - lo);
     displs_[q] = static_cast<int>(lo - s);
@@ -298,38 +297,38 @@ void MpiComm::transport_broadcast(std::span<double> buf, int root) {
 //   1. reduce-scatter: this rank's part of the sum (or mean) replaces its
 //      own values in buf;
 //   2. all-gather: every part is copied into every rank's buf (in place).
-void MpiComm::transport_all_reduce(std::span<double> buf, ReduceOp op) {
+void MpiComm::transport_all_reduce(std::span<double> buf, ReduceOp op, Layout layout) {
   const std::size_t n = buf.size();
   for (std::size_t s = 0; s < n; s += max_count_) {
-    lay_out_piece(n, s, std::min(n, s + max_count_));
+    lay_out_piece(layout, s, std::min(n, s + max_count_));
     double* piece = buf.data() + s;
     reduce_scatter_piece(piece, piece + displs_[rank_], op);
     all_gather_piece(static_cast<const double*>(MPI_IN_PLACE), piece);
   }
 }
 
-// out exactly over this rank's chunk of in is reduced in place, piece by
+// out exactly over this rank's part of in is reduced in place, piece by
 // piece. An out overlapping in anywhere else would overwrite values of
-// pieces still to be sent, so the chunk is reduced into scratch and copied
+// pieces still to be sent, so the part is reduced into scratch and copied
 // to out once every piece is done.
-void MpiComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) {
+void MpiComm::transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op, Layout layout) {
   const std::size_t n = in.size();
-  const std::size_t a = chunk_bounds(n, size_, rank_).first;
+  const std::size_t a = layout[rank_].first;
   const bool in_place = out.data() == in.data() + a;
   const bool overlap = !in_place && overlaps(in.data(), n, out.data(), out.size());
   std::span<double> chunk = overlap ? scratch(out.size()) : out;
   for (std::size_t s = 0; s < n; s += max_count_) {
-    lay_out_piece(n, s, std::min(n, s + max_count_));
+    lay_out_piece(layout, s, std::min(n, s + max_count_));
     reduce_scatter_piece(in.data() + s, chunk.data() + own_offset_, op);
   }
   if (overlap) std::copy(chunk.begin(), chunk.end(), out.begin());
 }
 
-// A chunk already at its place in out is gathered in place (MPI_IN_PLACE);
+// A part already at its place in out is gathered in place (MPI_IN_PLACE);
 // one overlapping out elsewhere is copied out of the way first.
-void MpiComm::transport_all_gather(std::span<const double> chunk, std::span<double> out) {
+void MpiComm::transport_all_gather(std::span<const double> chunk, std::span<double> out, Layout layout) {
   const std::size_t n = out.size();
-  const std::size_t a = chunk_bounds(n, size_, rank_).first;
+  const std::size_t a = layout[rank_].first;
   const bool in_place = !chunk.empty() && chunk.data() == out.data() + a;
   const bool overlap = overlaps(chunk.data(), chunk.size(), out.data(), n);
   const double* source = chunk.data();
@@ -339,7 +338,7 @@ void MpiComm::transport_all_gather(std::span<const double> chunk, std::span<doub
     source = copy.data();
   }
   for (std::size_t s = 0; s < n; s += max_count_) {
-    lay_out_piece(n, s, std::min(n, s + max_count_));
+    lay_out_piece(layout, s, std::min(n, s + max_count_));
     all_gather_piece(in_place ? static_cast<const double*>(MPI_IN_PLACE) : source + own_offset_, out.data() + s);
   }
 }

@@ -22,9 +22,9 @@ class ShmComm final : public Comm {
  protected:
   void exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) override;
   void transport_broadcast(std::span<double> buf, int root) override;
-  void transport_all_reduce(std::span<double> buf, ReduceOp op) override;
-  void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) override;
-  void transport_all_gather(std::span<const double> chunk, std::span<double> out) override;
+  void transport_all_reduce(std::span<double> buf, ReduceOp op, Layout layout) override;
+  void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op, Layout layout) override;
+  void transport_all_gather(std::span<const double> part, std::span<double> out, Layout layout) override;
 
  private:
   // A barrier point: announce this rank's next phase, wait until every rank
@@ -39,12 +39,9 @@ class ShmComm final : public Comm {
   void write_to(int q, const double* local, std::size_t count, const double* remote);
   [[noreturn]] void cross_memory_attach_failed(int q, const char* call);
   void broadcast_single_copy(std::span<double> buf, int root);
-  void all_gather_single_copy(std::span<const double> chunk, std::span<double> out);
+  void all_gather_single_copy(std::span<const double> part, std::span<double> out, Layout layout);
 
-  // Every rank's chunk_bounds chunk of n values, in bounds_ (parts_ sized to match).
-  const std::vector<std::pair<std::size_t, std::size_t>>& lay_out(std::size_t n);
-
-  void stage_pieces(const double* in, std::size_t start, std::size_t piece, int h);
+  void stage_pieces(const double* in, Layout layout, std::size_t start, std::size_t piece, int h);
 
   // Half h of rank q's slot; rounds alternate halves (see shm_comm.cpp).
   double* half(int q, int h) { return group_.slot(q) + static_cast<std::size_t>(h) * half_doubles_; }
@@ -54,10 +51,9 @@ class ShmComm final : public Comm {
   CommOptions options_;
   std::size_t half_doubles_;
   std::uint32_t phase_ = 0;
-  std::uint64_t seq_ = 0;  // the collective in progress
-  std::string current_;    // "rank 1/4: all_reduce #17", for timeout and abort messages
-  std::vector<std::pair<std::size_t, std::size_t>> bounds_;
-  std::vector<const double*> parts_;
+  std::uint64_t seq_ = 0;             // the collective in progress
+  std::string current_;               // "rank 1/4: all_reduce #17", for timeout and abort messages
+  std::vector<const double*> parts_;  // the reduction's p terms, in rank order
 };
 
 }  // namespace tinyllm::dist::detail

@@ -11,7 +11,7 @@
 //   broadcast   receivers read the first (p−1)/p of root's buffer; root
 //               writes the last 1/p into each receiver's, so every rank
 //               copies about the same amount.
-//   all_gather  every rank reads the other ranks' chunks.
+//   all_gather  every rank reads the other ranks' parts.
 // The reductions stay staged: they read the slots in place, while here each
 // peer's piece would first be copied by the kernel, which measured slower
 // (docs/PERFORMANCE.md).
@@ -23,7 +23,6 @@
 #include <cstring>
 
 #include "shm_comm.h"
-#include "tinyllm/dist/chunk.h"
 #include "tinyllm/dist/errors.h"
 
 namespace tinyllm::dist::detail {
@@ -103,14 +102,14 @@ void ShmComm::broadcast_single_copy(std::span<double> buf, int root) {
   sync();
 }
 
-void ShmComm::all_gather_single_copy(std::span<const double> chunk, std::span<double> out) {
-  offer(chunk.data());
+void ShmComm::all_gather_single_copy(std::span<const double> part, std::span<double> out, Layout layout) {
+  offer(part.data());
   for (int q = 0; q < size(); ++q) {
-    auto [a, b] = chunk_bounds(out.size(), size(), q);
+    auto [a, b] = layout[q];
     if (q != rank_) read_from(q, offered(q), b - a, out.data() + a);
   }
-  auto [a, b] = chunk_bounds(out.size(), size(), rank_);
-  if (chunk.data() != out.data() + a) std::memmove(out.data() + a, chunk.data(), (b - a) * sizeof(double));
+  auto [a, b] = layout[rank_];
+  if (b > a && part.data() != out.data() + a) std::memmove(out.data() + a, part.data(), (b - a) * sizeof(double));
   sync();
 }
 

@@ -24,6 +24,8 @@ using dist::Collective;
 using dist::Comm;
 using dist::CommError;
 using dist::ReduceOp;
+using dist::Window;
+using dist::window_part;
 
 std::function<void(int, const RankBody&, dist::CommOptions)>& mpi_runner() {
   static std::function<void(int, const RankBody&, dist::CommOptions)> runner;
@@ -101,6 +103,52 @@ int owner(std::size_t n, int p, std::size_t i) {
   int q = 0;
   while (chunk_bounds(n, p, q).second <= i) ++q;
   return q;
+}
+
+// The windows each case tries: at the start, at the end, inside a middle
+// rank's chunk, across several chunks, and empty.
+std::vector<Window> some_windows(std::size_t n, int p) {
+  auto [a, b] = chunk_bounds(n, p, p / 2);
+  return {{n, 0, (n + 1) / 2},
+          {n, n - (n + 2) / 3, (n + 2) / 3},
+          {n, a + (b - a) / 4, (b - a + 1) / 2},
+          {n, n / 5, n - 2 * (n / 5)},
+          {n, n / 2, 0}};
+}
+
+// Uneven windows tiling [0, n): an empty one, then lengths 1, 3, 9, 27, …
+// and whatever is left, so some lie inside a chunk and some span many.
+std::vector<Window> tiling(std::size_t n) {
+  std::vector<Window> windows{{n, 0, 0}};
+  std::size_t begin = 0;
+  for (std::size_t step = 1; begin < n; step *= 3) {
+    const std::size_t length = std::min(step, n - begin);
+    windows.push_back({n, begin, length});
+    begin += length;
+  }
+  return windows;
+}
+
+std::string name(const Window& w) { return fmt::format("window [{}, {}) of {}", w.begin, w.begin + w.length, w.n); }
+
+// Rank r's values of the window: value(r, i) for i in [begin, begin + length).
+std::vector<double> fill_window(int r, const Window& w, double (*value)(int, std::size_t)) {
+  std::vector<double> v(w.length);
+  for (std::size_t j = 0; j < w.length; ++j) v[j] = value(r, w.begin + j);
+  return v;
+}
+
+// Where [first, last) of the full vector's indices sits in a buffer that
+// starts at index `start`; empty parts lie anywhere, so they get no pointer.
+std::span<double> at(std::vector<double>& buffer, std::size_t start, std::size_t first, std::size_t last) {
+  if (last == first) return {};
+  return std::span(buffer).subspan(first - start, last - first);
+}
+
+std::vector<std::uint64_t> bits(const std::vector<double>& v) {
+  std::vector<std::uint64_t> b(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) b[i] = std::bit_cast<std::uint64_t>(v[i]);
+  return b;
 }
 
 void expect_near_relative(double actual, double expected, double tolerance, std::size_t i) {
@@ -219,6 +267,81 @@ TEST_P(CommContract, AllGatherLaysOutTheChunksByChunkBounds) {
   });
 }
 
+TEST_P(CommContract, ReduceScatterOverAWindowLeavesThisRanksPartOfTheReduction) {
+  const auto [backend, p, n] = GetParam();
+  run_ranks(backend, p, [&](Comm& comm) {
+    for (const Window& w : some_windows(n, p)) {
+      const std::vector<double> in = fill_window(comm.rank(), w, dyadic);
+      auto [first, last] = window_part(w, p, comm.rank());
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean}) {
+        std::vector<double> out(last - first, -1.0);
+        comm.reduce_scatter(in, out, op, w);
+        for (std::size_t i = first; i < last; ++i) {
+          const double sum = sum_over_ranks(p, i, dyadic);
+          ASSERT_EQ(out[i - first], op == ReduceOp::Mean ? sum / p : sum) << name(w) << " at index " << i;
+        }
+      }
+    }
+  });
+}
+
+// Once from a separate part, once from the part already at its place in out.
+TEST_P(CommContract, AllGatherOverAWindowLaysOutEveryRanksPart) {
+  const auto [backend, p, n] = GetParam();
+  run_ranks(backend, p, [&](Comm& comm) {
+    const int r = comm.rank();
+    for (const Window& w : some_windows(n, p)) {
+      auto [first, last] = window_part(w, p, r);
+      std::vector<double> part(last - first), out(w.length, -1.0);
+      for (std::size_t i = first; i < last; ++i) part[i - first] = dyadic(r, i);
+      comm.all_gather(part, out, w);
+      std::vector<double> in_place(w.length, -1.0);
+      std::copy(part.begin(), part.end(), in_place.begin() + static_cast<std::ptrdiff_t>(first - w.begin));
+      comm.all_gather(at(in_place, w.begin, first, last), in_place, w);
+      for (std::size_t i = w.begin; i < w.begin + w.length; ++i) {
+        ASSERT_EQ(out[i - w.begin], dyadic(owner(n, p, i), i)) << name(w) << " at index " << i;
+        ASSERT_EQ(in_place[i - w.begin], dyadic(owner(n, p, i), i)) << name(w) << " in place, at index " << i;
+      }
+    }
+  });
+}
+
+// Bucketed ZeRO relies on this: reducing or gathering window by window is
+// the whole collective, to the bit (rounded sums, so order shows) and to
+// the byte of traffic.
+TEST_P(CommContract, WindowsTilingTheVectorEqualTheWholeCollectiveBitForBit) {
+  const auto [backend, p, n] = GetParam();
+  run_ranks(backend, p, [&](Comm& comm) {
+    const int r = comm.rank();
+    auto [a, b] = chunk_bounds(n, p, r);
+    const std::vector<double> in = fill(r, n, real);
+    std::vector<double> chunk(in.begin() + static_cast<std::ptrdiff_t>(a), in.begin() + static_cast<std::ptrdiff_t>(b));
+    std::vector<double> reduced(b - a), gathered(n);
+    comm.reduce_scatter(in, reduced, ReduceOp::Mean);
+    comm.all_gather(chunk, gathered);
+    const dist::Traffic whole[] = {comm.traffic(Collective::ReduceScatter), comm.traffic(Collective::AllGather)};
+    comm.reset_traffic();
+
+    std::vector<double> reduced_by_window(b - a, -1.0), gathered_by_window(n, -1.0);
+    std::copy(chunk.begin(), chunk.end(), gathered_by_window.begin() + static_cast<std::ptrdiff_t>(a));
+    for (const Window& w : tiling(n)) {
+      auto [first, last] = window_part(w, p, r);
+      comm.reduce_scatter(std::span(in).subspan(w.begin, w.length), at(reduced_by_window, a, first, last),
+                          ReduceOp::Mean, w);
+      comm.all_gather(at(gathered_by_window, 0, first, last), std::span(gathered_by_window).subspan(w.begin, w.length),
+                      w);
+    }
+    EXPECT_EQ(bits(reduced_by_window), bits(reduced));
+    EXPECT_EQ(bits(gathered_by_window), bits(gathered));
+    const Collective ops[] = {Collective::ReduceScatter, Collective::AllGather};
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(comm.traffic(ops[k]).calls, tiling(n).size()) << dist::collective_name(ops[k]);
+      EXPECT_EQ(comm.traffic(ops[k]).bytes_sent, whole[k].bytes_sent) << dist::collective_name(ops[k]);
+      EXPECT_EQ(comm.traffic(ops[k]).bytes_received, whole[k].bytes_received) << dist::collective_name(ops[k]);
+    }
+  });
+}
+
 // Traffic follows the algorithm: what one rank sends another receives, so
 // the totals over ranks balance, and an all_reduce moves 2n(p-1)/p values
 // each way per rank when p divides n.
@@ -317,6 +440,81 @@ TEST_P(CommWorld, AChunkOfTheWrongLengthIsRefusedOnEveryRank) {
       EXPECT_THROW_WITH(comm.all_gather(chunk, out), CommError, "failed on rank 0");
       EXPECT_THROW_WITH(comm.reduce_scatter(out, chunk, ReduceOp::Sum), CommError, "failed on rank 0");
     }
+  });
+}
+
+TEST_P(CommWorld, AWindowBeyondTheVectorIsRefusedOnEveryRank) {
+  const auto [backend, p, n] = GetParam();
+  run_ranks(backend, p, [&](Comm& comm) {
+    std::vector<double> in(3), out(3);
+    // SIZE_MAX: begin + length wraps around to 4, inside the vector, were it computed.
+    for (const Window& w : {Window{10, 8, 3}, Window{10, 11, 0}, Window{10, 5, SIZE_MAX}}) {
+      const std::string rule = fmt::format("rank {}'s window at {} of length {} must lie inside the 10 values",
+                                           comm.rank(), w.begin, w.length);
+      EXPECT_THROW_WITH(comm.reduce_scatter(in, out, ReduceOp::Sum, w), std::invalid_argument,
+                        "reduce_scatter: " + rule);
+      EXPECT_THROW_WITH(comm.all_gather(in, out, w), std::invalid_argument, "all_gather: " + rule);
+    }
+    comm.barrier();
+  });
+}
+
+// The window [2, 7) of 10 values; rank 0 passes one value too many.
+TEST_P(CommWorld, APartOrBufferOfTheWrongLengthIsRefusedOnEveryRank) {
+  const auto [backend, p, n] = GetParam();
+  run_ranks(backend, p, [&](Comm& comm) {
+    const Window w{10, 2, 5};
+    auto [first, last] = window_part(w, p, comm.rank());
+    const bool wrong = comm.rank() == 0;
+    std::vector<double> part(last - first + (wrong ? 1 : 0)), buffer(5), long_buffer(wrong ? 6 : 5);
+    std::vector<double> right_part(last - first);
+    const std::string of = "the window at 2 of length 5 of 10 values";
+    auto [first0, last0] = window_part(w, p, 0);
+    const std::string part_rule = fmt::format("rank 0's part [{}, {}) of {} must hold {} values (got {})", first0,
+                                              last0, of, last0 - first0, last0 - first0 + 1);
+    const std::string input_rule = "rank 0's input for " + of + " must hold 5 values (got 6)";
+    const std::string output_rule = "rank 0's output for " + of + " must hold 5 values (got 6)";
+    // Rank 0 hears about its own argument, the others learn whose it was and why.
+    auto expect_refused = [&](auto&& call, const std::string& op, const std::string& rule) {
+      if (wrong) {
+        EXPECT_THROW_WITH(call(), std::invalid_argument, op + ": " + rule);
+      } else {
+        EXPECT_THROW_WITH(call(), CommError, "failed on rank 0: " + op + ": " + rule);
+      }
+    };
+    expect_refused([&] { comm.reduce_scatter(buffer, part, ReduceOp::Sum, w); }, "reduce_scatter", part_rule);
+    expect_refused([&] { comm.all_gather(part, buffer, w); }, "all_gather", part_rule);
+    expect_refused([&] { comm.reduce_scatter(long_buffer, right_part, ReduceOp::Sum, w); }, "reduce_scatter",
+                   input_rule);
+    expect_refused([&] { comm.all_gather(right_part, long_buffer, w); }, "all_gather", output_rule);
+    comm.barrier();
+  });
+}
+
+// The last rank's window differs in begin, then length, then n; each rank
+// names the other's window.
+TEST_P(CommWorld, RanksDisagreeingOnTheWindowAreNamedOnEveryRank) {
+  const auto [backend, p, n] = GetParam();
+  if (p == 1) return;  // one rank cannot disagree with itself
+  run_ranks(backend, p, [&](Comm& comm) {
+    const bool odd_one = comm.rank() == p - 1;
+    const Window agreed{10, 2, 5};
+    const Window odd[] = {{10, 3, 5}, {10, 2, 4}, {11, 2, 5}};
+    for (int k = 0; k < 3; ++k) {
+      const Window mine = odd_one ? odd[k] : agreed, theirs = odd_one ? agreed : odd[k];
+      auto [first, last] = window_part(mine, p, comm.rank());
+      std::vector<double> buffer(mine.length), part(last - first);
+      const int other = odd_one ? 0 : p - 1;
+      const std::string op = k == 1 ? "all_gather #1" : fmt::format("reduce_scatter #{} (sum)", k);
+      const std::string fragment = fmt::format("rank {} called {} of the window at {} of length {} of {} values", other,
+                                               op, theirs.begin, theirs.length, theirs.n);
+      if (k == 1) {
+        EXPECT_THROW_WITH(comm.all_gather(part, buffer, mine), CommError, fragment);
+      } else {
+        EXPECT_THROW_WITH(comm.reduce_scatter(buffer, part, ReduceOp::Sum, mine), CommError, fragment);
+      }
+    }
+    comm.barrier();
   });
 }
 

@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "tinyllm/dist/chunk.h"
 
 namespace tinyllm::dist {
 
@@ -49,10 +52,13 @@ struct Traffic {
 struct CollectiveHeader {
   Collective op = Collective::Barrier;
   ReduceOp reduce = ReduceOp::Sum;
-  std::uint64_t seq = 0;    // this rank's collective count so far
-  std::uint64_t n = 0;      // the full vector's length
-  std::uint64_t local = 0;  // this rank's chunk length (reduce_scatter's out, all_gather's chunk)
-  std::int64_t root = 0;    // broadcast only
+  std::uint64_t seq = 0;     // this rank's collective count so far
+  std::uint64_t n = 0;       // the full vector's length
+  std::uint64_t begin = 0;   // the window [begin, begin + length) of the n values that moves;
+  std::uint64_t length = 0;  // all of them but in a windowed reduce_scatter or all_gather
+  std::uint64_t local = 0;   // this rank's part of the window (reduce_scatter's out, all_gather's part)
+  std::uint64_t buffer = 0;  // the window's whole buffer here (reduce_scatter's in, all_gather's out)
+  std::int64_t root = 0;     // broadcast only
 };
 
 class Comm {
@@ -70,10 +76,17 @@ class Comm {
   // every rank: each chunk is reduced once, in rank order, then copied.
   void all_reduce(std::span<double> buf, ReduceOp op);
   // out (this rank's chunk_bounds chunk of in's length) becomes that chunk
-  // of the sum (or mean) of every rank's in.
+  // of the sum (or mean) of every rank's in. The window {n, 0, n}.
   void reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op);
-  // out (length n) becomes every rank's chunk laid out by chunk_bounds(n, p, ·).
+  // out (length n) becomes every rank's chunk laid out by chunk_bounds(n, p, ·). The window {n, 0, n}.
   void all_gather(std::span<const double> chunk, std::span<double> out);
+  // The same over a window of the chunk_bounds(w.n, p, ·) layout, such as a
+  // ZeRO bucket or unit: rank q's part is window_part(w, p, q), maybe empty.
+  // in holds the window's values of every rank (length w.length); out (this rank's part, length
+  // last - first of window_part) becomes that part of the sum (or mean) over ranks.
+  void reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op, const Window& w);
+  // part is this rank's part of the window; out (length w.length) becomes every rank's part in place.
+  void all_gather(std::span<const double> part, std::span<double> out, const Window& w);
   void barrier();
 
   const Traffic& traffic(Collective op) const { return traffic_[static_cast<int>(op)]; }
@@ -86,24 +99,36 @@ class Comm {
  protected:
   Comm() = default;
 
+  // Where the ranks' parts of a collective's buffer lie: layout[q] is rank
+  // q's part [first, last), relative to the buffer's start (the window's
+  // begin). The p parts tile the buffer in rank order; any may be empty, and
+  // their lengths may differ by more than one.
+  using Layout = std::span<const std::pair<std::size_t, std::size_t>>;
+
   // The transport. exchange_headers fills all[q] with rank q's header (or
   // throws CommError naming the rank it could not hear from); the data
-  // calls run only after every header agreed, with p >= 2.
+  // calls run only after every header agreed, with p >= 2. The reductions
+  // and the all-gather move the parts `layout` names, never recomputing
+  // chunk_bounds, so a window and the whole vector take one path.
   virtual void exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) = 0;
   virtual void transport_broadcast(std::span<double> buf, int root) = 0;
-  virtual void transport_all_reduce(std::span<double> buf, ReduceOp op) = 0;
-  virtual void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) = 0;
-  virtual void transport_all_gather(std::span<const double> chunk, std::span<double> out) = 0;
+  virtual void transport_all_reduce(std::span<double> buf, ReduceOp op, Layout layout) = 0;
+  virtual void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op,
+                                        Layout layout) = 0;
+  virtual void transport_all_gather(std::span<const double> part, std::span<double> out, Layout layout) = 0;
 
  private:
   template <class Transfer>
   void run(const CollectiveHeader& mine, Transfer&& transfer);
   void count(const CollectiveHeader& header);
+  // Every rank's part of w, relative to w.begin, in layout_.
+  Layout lay_out(const Window& w);
 
   std::uint64_t seq_ = 0;
   std::vector<CollectiveHeader> headers_;  // every rank's, for the collective in progress
   std::string failure_;                    // set once a collective failed: the group is out of step for good
   std::array<Traffic, kNumCollectives> traffic_{};
+  std::vector<std::pair<std::size_t, std::size_t>> layout_;  // the collective in progress's
 };
 
 }  // namespace tinyllm::dist

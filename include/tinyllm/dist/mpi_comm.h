@@ -57,11 +57,11 @@ class MpiComm final : public Comm {
  private:
   void exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) override;
   void transport_broadcast(std::span<double> buf, int root) override;
-  void transport_all_reduce(std::span<double> buf, ReduceOp op) override;
-  void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op) override;
-  void transport_all_gather(std::span<const double> chunk, std::span<double> out) override;
+  void transport_all_reduce(std::span<double> buf, ReduceOp op, Layout layout) override;
+  void transport_reduce_scatter(std::span<const double> in, std::span<double> out, ReduceOp op, Layout layout) override;
+  void transport_all_gather(std::span<const double> chunk, std::span<double> out, Layout layout) override;
 
-  void lay_out_piece(std::size_t n, std::size_t s, std::size_t e);
+  void lay_out_piece(Layout layout, std::size_t s, std::size_t e);
   void reduce_scatter_piece(const double* in, double* part, ReduceOp op);
   void all_gather_piece(const double* part, double* out);
   std::span<double> scratch(std::size_t n);
@@ -84,7 +84,7 @@ class MpiComm final : public Comm {
   CollectiveHeader outgoing_;          // this rank's header while its sends are in flight
   std::vector<MPI_Request> requests_;  // [0, p) receives from rank q, [p, 2p) sends to it
   std::vector<int> counts_, displs_;   // the piece's layout: rank q's part, its offset
-  std::size_t own_offset_ = 0;         // this rank's part, from the start of its chunk
+  std::size_t own_offset_ = 0;         // this rank's part of the piece, from the start of its part of the layout
   std::vector<const double*> terms_;   // the reduce-scatter's p terms, in rank order
   std::vector<double> received_;       // the reduce-scatter's terms from the peers, kept across calls
   std::vector<double> scratch_;        // a copy of a part or chunk that overlaps its destination

@@ -192,6 +192,21 @@ TEST_P(MpiCommTest, ReducesInRankOrderLikeTheOtherBackends) {
   }
 }
 
+// A window across several chunks, reduced into its own input and gathered
+// in place, so with pieces of 3 values each piece's counts and
+// displacements come from the parts of the window, not the chunks.
+TEST_P(MpiCommTest, WindowIsReducedAndGatheredInPlacePieceByPiece) {
+  const Window w{n, n / 5, n - 2 * (n / 5)};
+  auto [first, last] = window_part(w, p, r);
+  std::vector<double> buf(w.length);
+  for (std::size_t j = 0; j < w.length; ++j) buf[j] = value(r, w.begin + j);
+  const std::span<double> part = std::span(buf).subspan(first - w.begin, last - first);
+  comm.reduce_scatter(buf, part, ReduceOp::Sum, w);
+  for (std::size_t i = first; i < last; ++i) ASSERT_EQ(buf[i - w.begin], sum(p, i)) << "i = " << i;
+  comm.all_gather(part, buf, w);
+  for (std::size_t i = w.begin; i < w.begin + w.length; ++i) ASSERT_EQ(buf[i - w.begin], sum(p, i)) << "i = " << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Lengths, MpiCommTest,
                          testing::Values(Case{0, MpiComm::kMaxCount}, Case{1, MpiComm::kMaxCount},
                                          Case{3, MpiComm::kMaxCount}, Case{5, MpiComm::kMaxCount},
