@@ -211,7 +211,7 @@ int run_memory(const nn::GPTConfig& config, int world) {
       };
       while (last + 1 < world && length(last + 1) == length(first)) ++last;
       const dist::MemoryBytes m = train::state_bytes(zero, n, world, first);
-      const dist::MemoryBytes peak = train::peak_bytes(zero, n, world, first);
+      const dist::MemoryBytes peak = train::peak_bytes(zero, config, world, first);
       const std::string ranks = first == last ? std::to_string(first) : fmt::format("{}-{}", first, last);
       fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12.2f} {:>14}\n", mode_name(zero), ranks, m.params,
                  m.grads, m.optimizer, m.total(), static_cast<double>(m.total()) / (1 << 20), peak.total());

@@ -8,27 +8,27 @@
 
 namespace tinyllm::dist {
 
-std::vector<Bucket> make_buckets(const std::vector<Tensor>& params, const BucketOptions& options, const char* who,
+std::vector<Bucket> make_buckets(std::span<const std::size_t> numels, const BucketOptions& options, const char* who,
                                  const std::vector<std::pair<std::size_t, std::size_t>>& whole) {
   if (options.bucket_bytes == 0 || options.first_bucket_bytes == 0) {
     throw std::invalid_argument(
         fmt::format("{}: bucket sizes must be positive (got bucket_bytes {}, first_bucket_bytes {})", who,
                     options.bucket_bytes, options.first_bucket_bytes));
   }
-  std::vector<std::size_t> offsets(params.size() + 1, 0);
-  for (std::size_t i = 0; i < params.size(); ++i) offsets[i + 1] = offsets[i] + params[i].numel();
+  std::vector<std::size_t> offsets(numels.size() + 1, 0);
+  for (std::size_t i = 0; i < numels.size(); ++i) offsets[i + 1] = offsets[i] + numels[i];
   // whole_from[l] is the first parameter of the whole run ending at l, if any.
-  std::vector<std::size_t> whole_from(params.size() + 1, params.size() + 1);
-  std::vector<char> in_whole(params.size(), 0);
+  std::vector<std::size_t> whole_from(numels.size() + 1, numels.size() + 1);
+  std::vector<char> in_whole(numels.size(), 0);
   for (const auto& [first, last] : whole) {
     whole_from[last] = first;
     for (std::size_t i = first; i < last; ++i) in_whole[i] = 1;
   }
   std::vector<Bucket> buckets;
-  std::size_t last = params.size();
+  std::size_t last = numels.size();
   while (last > 0) {
     std::size_t first = last - 1;
-    if (whole_from[last] <= params.size()) {
+    if (whole_from[last] <= numels.size()) {
       first = whole_from[last];
     } else {
       const std::size_t cap = (buckets.empty() ? options.first_bucket_bytes : options.bucket_bytes) / sizeof(double);
@@ -38,6 +38,13 @@ std::vector<Bucket> make_buckets(const std::vector<Tensor>& params, const Bucket
     last = first;
   }
   return buckets;
+}
+
+std::vector<Bucket> make_buckets(const std::vector<Tensor>& params, const BucketOptions& options, const char* who,
+                                 const std::vector<std::pair<std::size_t, std::size_t>>& whole) {
+  std::vector<std::size_t> numels;
+  for (const Tensor& p : params) numels.push_back(p.numel());
+  return make_buckets(numels, options, who, whole);
 }
 
 GradBuckets::GradBuckets(std::vector<Tensor> params, std::vector<Bucket> buckets, Reduce reduce)

@@ -26,16 +26,7 @@
 
 namespace tinyllm::dist {
 
-struct Bucket {
-  std::size_t first = 0, last = 0;  // parameters [first, last), in parameters() order
-  std::size_t begin = 0, end = 0;   // their values' range in the flat vector
-};
-
-// The buckets over `params`, in the order backward finishes them: from the
-// last parameter back, each closing when the next parameter would take it
-// past its size, except that each run [first, last) of `whole` (ZeRO's
-// units) is one bucket of its own. std::invalid_argument, prefixed by
-// `who`, for a bucket size of 0.
+// The buckets over `params` (make_buckets over their lengths).
 std::vector<Bucket> make_buckets(const std::vector<Tensor>& params, const BucketOptions& options, const char* who,
                                  const std::vector<std::pair<std::size_t, std::size_t>>& whole = {});
 

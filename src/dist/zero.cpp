@@ -279,7 +279,9 @@ MemoryBytes ZeroOptimizer::memory_bytes() const {
 
 void ZeroOptimizer::note_peak() {
   const MemoryBytes now = memory_bytes();
-  if (now.total() > peak_.total()) peak_ = now;
+  peak_ = {.params = std::max(peak_.params, now.params),
+           .grads = std::max(peak_.grads, now.grads),
+           .optimizer = std::max(peak_.optimizer, now.optimizer)};
 }
 
 }  // namespace tinyllm::dist

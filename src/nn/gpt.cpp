@@ -21,10 +21,23 @@ void GPTConfig::check() const {
   }
 }
 
-std::size_t GPTConfig::num_parameters() const {
+std::vector<Shape> GPTConfig::parameter_shapes() const {
   const std::size_t C = n_embd;
-  const std::size_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return vocab_size * C + block_size * C + n_layer * block + 2 * C;
+  std::vector<Shape> shapes{{vocab_size, C}, {block_size, C}};
+  for (std::size_t i = 0; i < n_layer; ++i) {
+    const std::vector<Shape> block{{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
+                                   {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
+    shapes.insert(shapes.end(), block.begin(), block.end());
+  }
+  shapes.push_back({C});
+  shapes.push_back({C});
+  return shapes;
+}
+
+std::size_t GPTConfig::num_parameters() const {
+  std::size_t n = 0;
+  for (const Shape& shape : parameter_shapes()) n += numel_of(shape);
+  return n;
 }
 
 GPT::GPT(const GPTConfig& config, std::uint64_t seed) : config_(config) {

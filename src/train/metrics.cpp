@@ -39,10 +39,35 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r) {
   }
 }
 
-dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r) {
+dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum) {
+  const std::size_t n = config.num_parameters(), c = chunk_length(n, p, r);
   dist::MemoryBytes peak = state_bytes(zero, n, p, r);
-  if (zero >= 2) peak.grads = n * kDouble;                             // the full gradients, before the reduce-scatter
-  if (zero == 3) peak.params = (n + chunk_length(n, p, r)) * kDouble;  // the gather, beside the master chunk
+  if (zero < 2) return peak;  // DDP's and stage 1's buckets are views of the one flat gradient
+  std::vector<std::size_t> numels;
+  for (const Shape& shape : config.parameter_shapes()) numels.push_back(numel_of(shape));
+  // Stage 3's units are the blocks: parameters [2 + 12i, 2 + 12(i + 1)).
+  std::vector<std::pair<std::size_t, std::size_t>> units;
+  const std::size_t per_block = nn::GPTConfig::kTensorsPerBlock;
+  for (std::size_t i = 0; zero == 3 && i < config.n_layer; ++i)
+    units.emplace_back(2 + per_block * i, 2 + per_block * (i + 1));
+  const std::vector<dist::Bucket> buckets = dist::make_buckets(numels, {}, "tinyllm", units);
+  // When a bucket is reduced: the chunk's gradient, the staging buffer (the
+  // largest bucket), the bucket's own gradients and wte's, which the tied
+  // head starts at the top of backward and the embedding finishes last;
+  // from the second micro-batch on, the part added into the chunk too.
+  std::size_t largest = 0, in_flight = 0;
+  for (const dist::Bucket& b : buckets) largest = std::max(largest, b.end - b.begin);
+  for (const dist::Bucket& b : buckets) {
+    in_flight = std::max(in_flight, (b.end - b.begin) + (b.first == 0 ? 0 : numels[0]));
+  }
+  peak.grads = (c + largest + in_flight + (grad_accum > 1 ? std::min(largest, c) : 0)) * kDouble;
+  if (zero == 3) {
+    // The chunk, wte, wpe and ln_f for the whole step, and a block with the
+    // one prefetched beside it.
+    const std::size_t block = 12 * config.n_embd * config.n_embd + 13 * config.n_embd;  // 12C² + 13C
+    const std::size_t rest = n - config.n_layer * block;
+    peak.params = (c + rest + std::min<std::size_t>(2, config.n_layer) * block) * kDouble;
+  }
   return peak;
 }
 

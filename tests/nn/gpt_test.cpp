@@ -56,6 +56,11 @@ TEST(GPTTest, ConfigCountsTheModelsParameters) {
        {GPTConfig{}, GPTConfig{.vocab_size = 32, .block_size = 8, .n_layer = 3, .n_head = 2, .n_embd = 6},
         GPTConfig{.vocab_size = 256, .block_size = 1, .n_layer = 1, .n_head = 1, .n_embd = 1}}) {
     EXPECT_EQ(c.num_parameters(), GPT(c).num_parameters());
+    const std::vector<Tensor> params = GPT(c).parameters();
+    const std::vector<Shape> shapes = c.parameter_shapes();
+    ASSERT_EQ(shapes.size(), params.size());
+    ASSERT_EQ(shapes.size(), 4 + GPTConfig::kTensorsPerBlock * c.n_layer);
+    for (std::size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(shapes[i], params[i].shape()) << "parameter " << i;
   }
 }
 

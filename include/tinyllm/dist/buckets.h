@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
+#include <utility>
+#include <vector>
 
 namespace tinyllm::dist {
 
@@ -17,6 +20,19 @@ struct BucketOptions {
   // first) is smaller, so that the first reduction starts early.
   std::size_t first_bucket_bytes = std::size_t{1} << 20;
 };
+
+struct Bucket {
+  std::size_t first = 0, last = 0;  // parameters [first, last), in parameters() order
+  std::size_t begin = 0, end = 0;   // their values' range in the flat vector
+};
+
+// The buckets over parameters of these lengths, in the order backward
+// finishes them: from the last parameter back, each closing when the next
+// parameter would take it past its size, except that each run [first,
+// last) of `whole` (ZeRO's units) is one bucket of its own.
+// std::invalid_argument, prefixed by `who`, for a bucket size of 0.
+std::vector<Bucket> make_buckets(std::span<const std::size_t> numels, const BucketOptions& options, const char* who,
+                                 const std::vector<std::pair<std::size_t, std::size_t>>& whole = {});
 
 // While alive, backward reduces nothing (PyTorch's no_sync()): for all but
 // the last micro-batch of an accumulation. The gradients add up locally, and

@@ -81,7 +81,6 @@ struct ZeroOptions {
 class FlatGrads;
 class FlatParams;
 class GradBuckets;
-struct Bucket;
 
 class ZeroOptimizer {
  public:
@@ -127,8 +126,9 @@ class ZeroOptimizer {
 
   // What this rank holds now, from the buffers that exist (see the table).
   MemoryBytes memory_bytes() const;
-  // The most it held at once since the last reset: each part at the moment
-  // the total peaked (parameters and gradients live together in a step).
+  // The most of each part it held since the last reset, within a step:
+  // stage 3's gathered units, stages 2 and 3's bucket in flight. Noted
+  // where a buffer is taken (a gather, a bucket's reduction).
   MemoryBytes peak_memory_bytes() const { return peak_; }
   void reset_peak_memory_bytes() { peak_ = memory_bytes(); }
 

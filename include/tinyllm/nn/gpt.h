@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "tinyllm/nn/block.h"
 #include "tinyllm/nn/embedding.h"
@@ -26,8 +27,11 @@ struct GPTConfig {
 
   // std::invalid_argument naming the value: a size of 0, or heads not dividing the width.
   void check() const;
-  // Elements over all parameters: V·C + T·C + L·(12C² + 13C) + 2C.
+  // Every parameter's shape, in parameters() order (DESIGN's list), and
+  // their elements in all: V·C + T·C + L·(12C² + 13C) + 2C.
+  std::vector<Shape> parameter_shapes() const;
   std::size_t num_parameters() const;
+  static constexpr std::size_t kTensorsPerBlock = 12;
 };
 
 class GPT : public Module {

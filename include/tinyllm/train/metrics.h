@@ -17,11 +17,14 @@ namespace tinyllm::train {
 struct StepReport;
 
 // Rank r of p's model state with AdamW over n parameter values, in bytes
-// (zero 0: DDP). `state` after a step (zero.h's table), `peak` the
-// largest within one: the stage-3 gather (n + n/p parameters) and the full
-// gradients before stages 2 and 3 reduce-scatter them.
+// (zero 0: DDP), after a step: zero.h's table.
 dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r);
-dist::MemoryBytes peak_bytes(int zero, std::size_t n, int p, int r);
+// The most of each part that rank r holds within a step of the trainer's
+// GPT (the default buckets, stage 3's units the blocks, prefetch 1): for
+// stages 2 and 3 the gradients of the bucket in flight beside the chunk's,
+// for stage 3 the gathered blocks beside the chunk. What
+// ZeroOptimizer::peak_memory_bytes() reports.
+dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1);
 
 // The bytes rank r's collectives send in one step of the GPT, as
 // dist::Comm counts them: DDP one all_reduce; stage 1 an all_reduce and an
