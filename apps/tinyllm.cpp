@@ -291,6 +291,10 @@ int main(int argc, char** argv) {
     if (diff->parsed()) return run_diff(diff_a, diff_b, diff_tolerance);
   } catch (const std::exception& e) {
     fmt::print(stderr, "tinyllm: error: {}\n", e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    // Under mpirun the message is out; now end every rank, a stopped one too.
+    train::abort_mpi_job(1);
     return 1;
   }
   return 0;
