@@ -75,6 +75,9 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--timeout", o.timeout,
+                 "seconds a rank waits for the others before the run fails naming the late rank (every backend)")
+      ->capture_default_str();
   app.add_option("--init", o.init, "start from this checkpoint's weights (fresh optimizer, step 0)");
   return flags;
 }
