@@ -75,6 +75,9 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
+  app.add_option("--timeout", o.timeout,
+                 "seconds a rank waits for the others before the run fails naming the late rank (every backend)")
+      ->capture_default_str();
   app.add_option("--init", o.init, "start from this checkpoint's weights (fresh optimizer, step 0)");
   return flags;
 }
@@ -291,6 +294,10 @@ int main(int argc, char** argv) {
     if (diff->parsed()) return run_diff(diff_a, diff_b, diff_tolerance);
   } catch (const std::exception& e) {
     fmt::print(stderr, "tinyllm: error: {}\n", e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    // Under mpirun the message is out; now end every rank, a stopped one too.
+    train::abort_mpi_job(1);
     return 1;
   }
   return 0;

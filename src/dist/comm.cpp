@@ -117,6 +117,13 @@ const char* collective_name(Collective op) {
   return "unknown collective";
 }
 
+void check_options(const CommOptions& options, const std::string& who) {
+  if (options.timeout.count() < 1 || options.timeout > kMaxTimeout) {
+    throw std::invalid_argument(fmt::format("{}: timeout must be in [1, {}] ms (got {} ms)", who, kMaxTimeout.count(),
+                                            options.timeout.count()));
+  }
+}
+
 Traffic& Traffic::operator+=(const Traffic& other) {
   calls += other.calls;
   bytes_sent += other.bytes_sent;

@@ -7,11 +7,13 @@
 #include "tinyllm/dist/mpi_comm.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -62,7 +64,7 @@ bool launched_by_mpirun() {
   return false;
 }
 
-MpiSession::MpiSession(int* argc, char*** argv) {
+MpiSession::MpiSession(int* argc, char*** argv) : unwinding_(std::uncaught_exceptions()) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return;
@@ -76,7 +78,14 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_ && !finalized) MPI_Finalize();
+  if (owns_ && !finalized && std::uncaught_exceptions() == unwinding_) MPI_Finalize();
+}
+
+void abort_mpi_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 MpiComm::MpiComm(MPI_Comm comm, CommOptions options, std::size_t max_count) : options_(options), max_count_(max_count) {
@@ -84,9 +93,7 @@ MpiComm::MpiComm(MPI_Comm comm, CommOptions options, std::size_t max_count) : op
   MPI_Initialized(&initialized);
   if (!initialized) throw std::invalid_argument("MpiComm: MPI must be initialised first (construct an MpiSession)");
   if (comm == MPI_COMM_NULL) throw std::invalid_argument("MpiComm: communicator must not be MPI_COMM_NULL");
-  if (options.timeout.count() <= 0) {
-    throw std::invalid_argument(fmt::format("MpiComm: timeout must be positive (got {} ms)", options.timeout.count()));
-  }
+  check_options(options, "MpiComm");
   if (max_count < 1 || max_count > kMaxCount) {
     throw std::invalid_argument(fmt::format("MpiComm: max_count must be in [1, {}] (got {})", kMaxCount, max_count));
   }
@@ -159,14 +166,33 @@ bool MpiComm::poll(std::span<MPI_Request> requests) const {
   }
 }
 
+// "waiting for rank 2" or "waiting for ranks 1, 2": the peers whose message
+// to this rank is still open in the per-peer requests_ (receives [0, p),
+// sends [p, 2p)), else those yet to take this rank's; empty if none is.
+std::string MpiComm::unjoined() const {
+  const auto p = static_cast<std::size_t>(size_);
+  for (std::size_t first : {std::size_t{0}, p}) {
+    std::vector<std::size_t> ranks;
+    for (std::size_t q = 0; q < p; ++q) {
+      if (requests_[first + q] != MPI_REQUEST_NULL) ranks.push_back(q);
+    }
+    if (ranks.size() == 1) return fmt::format("waiting for rank {}", ranks[0]);
+    if (!ranks.empty()) return fmt::format("waiting for ranks {}", fmt::join(ranks, ", "));
+  }
+  return {};
+}
+
 // A collective request cannot be cancelled, nor a receive already matched:
 // on a timeout they stay in flight and the communicator is kept (broken_)
-// until MPI_Finalize.
+// until the job ends. The per-peer requests_ name the ranks that have not
+// joined; a collective's one request cannot say which they are.
 void MpiComm::wait(std::span<MPI_Request> requests, const char* phase) {
   if (poll(requests)) return;
   broken_ = true;
-  throw CommError(fmt::format("{}: {} timed out after {} ms in {} (a rank died or stopped calling)", who(), current(),
-                              options_.timeout.count(), phase));
+  const std::string peers = requests.data() == requests_.data() ? unjoined() : std::string();
+  throw CommError(fmt::format("{}: {} timed out after {} ms in {} {}", who(), current(), options_.timeout.count(),
+                              phase,
+                              peers.empty() ? "(MPI does not say which rank: one died or stopped calling)" : peers));
 }
 
 // Header exchange:
@@ -194,17 +220,18 @@ void MpiComm::exchange_headers(const CollectiveHeader& mine, std::span<Collectiv
   // which completes them at once; a header is one eager message, so a send
   // still open here is left to finish from outgoing_.
   broken_ = true;
-  const auto open = [](MPI_Request request) { return request != MPI_REQUEST_NULL; };
-  const std::size_t missing = std::find_if(requests_.begin(), requests_.begin() + p, open) - requests_.begin();
+  std::string peers = unjoined();
+  if (std::none_of(requests_.begin(), requests_.begin() + p, [](MPI_Request r) { return r != MPI_REQUEST_NULL; })) {
+    peers = "sending its header";
+  }
   for (std::size_t q = 0; q < p; ++q) {
-    if (open(requests_[q])) {
+    if (requests_[q] != MPI_REQUEST_NULL) {
       MPI_Cancel(&requests_[q]);
       MPI_Wait(&requests_[q], MPI_STATUS_IGNORE);
     }
-    if (open(requests_[p + q])) MPI_Request_free(&requests_[p + q]);
+    if (requests_[p + q] != MPI_REQUEST_NULL) MPI_Request_free(&requests_[p + q]);
   }
-  const std::string peer = missing < p ? fmt::format("waiting for rank {}", missing) : "sending its header";
-  throw CommError(fmt::format("{}: {} timed out after {} ms {}", who(), current(), options_.timeout.count(), peer));
+  throw CommError(fmt::format("{}: {} timed out after {} ms {}", who(), current(), options_.timeout.count(), peers));
 }
 
 // Vectors longer than max_count_ go in pieces [s, e). Rank q's part of a

@@ -33,6 +33,14 @@ namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(2);
 
+// How long after the first failure the launcher lets the other ranks end on
+// their own. A rank in a collective sees the failure in microseconds and
+// exits; one still alive after this is stopped or stuck outside the
+// collectives, and its result is lost either way, so it is killed. A hung
+// rank thus ends the run one timeout (the others' wait) plus this after it
+// stopped, not two timeouts.
+constexpr auto kGrace = std::chrono::milliseconds(1000);
+
 [[noreturn]] void throw_errno(const std::string& what) {
   throw std::system_error(errno, std::generic_category(), "run_procs: " + what);
 }
@@ -115,8 +123,8 @@ std::string describe_exit(int status) {
 
 // Reaps every child. The first abnormal exit becomes the group's failure
 // (unless a rank recorded a better one); once the group failed, children
-// still alive after `grace` are killed.
-void watch(detail::ShmGroup& group, std::vector<pid_t>& children, std::chrono::milliseconds grace) {
+// still alive kGrace later are killed.
+void watch(detail::ShmGroup& group, std::vector<pid_t>& children) {
   std::size_t alive = children.size();
   std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
   while (alive > 0) {
@@ -132,7 +140,7 @@ void watch(detail::ShmGroup& group, std::vector<pid_t>& children, std::chrono::m
       }
     }
     const auto now = std::chrono::steady_clock::now();
-    if (group.failed() && kill_at == std::chrono::steady_clock::time_point::max()) kill_at = now + grace;
+    if (group.failed() && kill_at == std::chrono::steady_clock::time_point::max()) kill_at = now + kGrace;
     if (now >= kill_at) {
       for (pid_t child : children) {
         if (child > 0) kill(child, SIGKILL);
@@ -146,6 +154,7 @@ void watch(detail::ShmGroup& group, std::vector<pid_t>& children, std::chrono::m
 
 void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options) {
   if (p < 1) throw std::invalid_argument(fmt::format("run_procs: world size must be at least 1 (got {})", p));
+  check_options(options, "run_procs");
   const std::size_t slot = detail::ShmGroup::kDefaultSlotDoubles;
   SharedSegment segment(detail::ShmGroup::bytes_needed(p, slot));
   const detail::PeerReads reads = detail::choose_peer_reads(p, options.single_copy, probe_peer_reads());
@@ -167,7 +176,7 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
     }
     children[static_cast<std::size_t>(r)] = child;
   }
-  watch(group, children, options.timeout);
+  watch(group, children);
   if (group.failed()) detail::throw_failure(group.failed_rank(), group.failure_kind(), group.failure_message());
 }
 

@@ -34,6 +34,9 @@ void launch_mpi([[maybe_unused]] int world, [[maybe_unused]] const std::function
         "--world {} differs from the {} processes mpirun started (drop --world or match -n)", world, comm.size()));
   }
   fn(comm);
+  // A rank stuck after its last collective would hold the others in
+  // MPI_Finalize forever; this barrier names it within the timeout instead.
+  comm.barrier();
 #else
   throw std::invalid_argument("backend mpi: this tinyllm was built without MPI (TINYLLM_WITH_MPI=OFF)");
 #endif
@@ -66,6 +69,12 @@ Backend resolve_backend(Backend backend, int world) {
   if (backend != Backend::Auto) return backend;
   if (started_by_mpirun()) return Backend::Mpi;
   return world > 1 ? Backend::Procs : Backend::Threads;
+}
+
+void abort_mpi_job([[maybe_unused]] int code) {
+#ifdef TINYLLM_WITH_MPI
+  dist::abort_mpi_job(code);
+#endif
 }
 
 void launch(Backend backend, int world, const std::function<void(dist::Comm&)>& fn, dist::CommOptions options) {

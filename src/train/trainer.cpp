@@ -77,6 +77,15 @@ void check_writable_dir(const std::string& dir) {
 
 // Everything that can be checked before any rank starts, in the order a
 // user fixes them; nothing is written until all passed.
+// --timeout's range in seconds: a millisecond, up to dist::kMaxTimeout.
+constexpr double kMinTimeout = 0.001;
+constexpr double kMaxTimeout = 1e9;
+static_assert(std::chrono::milliseconds(std::chrono::seconds(static_cast<long>(kMaxTimeout))) == dist::kMaxTimeout);
+
+dist::CommOptions comm_options(const TrainOptions& o) {
+  return {.timeout = std::chrono::milliseconds(std::llround(o.timeout * 1000))};
+}
+
 void check_options(const TrainOptions& o, const Corpus& corpus) {
   o.model.check();
   optim::AdamW::factory(o.adamw);
@@ -85,6 +94,10 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
   if (o.grad_accum == 0) throw std::invalid_argument("--grad-accum must be at least 1 (got 0)");
   if (!(o.clip >= 0) || !std::isfinite(o.clip)) {
     throw std::invalid_argument(fmt::format("--clip must be a finite norm >= 0 (got {})", o.clip));
+  }
+  if (!(o.timeout >= kMinTimeout && o.timeout <= kMaxTimeout)) {
+    throw std::invalid_argument(fmt::format("--timeout must be a number of seconds from {} to {:g} (got {})",
+                                            kMinTimeout, kMaxTimeout, o.timeout));
   }
   if (corpus.num_windows(o.model.block_size) == 0) {
     throw std::invalid_argument(fmt::format("data file '{}' has {} tokens, too few for one window of {} + 1 tokens",
@@ -295,7 +308,9 @@ TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
   check_options(options, corpus);
   const Backend backend = resolve_backend(options.backend, options.world);
   SummarySink sink(backend == Backend::Procs, options.world);
-  launch(backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, observer, sink); });
+  launch(
+      backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, observer, sink); },
+      comm_options(options));
   TrainSummary summary = sink.load();
   if (!options.save_dir.empty() && summary.steps_run > 0)
     summary.last_checkpoint = checkpoint_path(options.save_dir, options.steps);

@@ -1,11 +1,13 @@
 // Faults on the shared-memory backends (threads and procs): a rank that
 // throws, stops answering or (procs) dies makes every other rank fail fast
 // with a CommError that names it, never hang.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -54,6 +56,35 @@ TEST_P(ShmFaults, ARankThatStopsAnsweringIsNamedWithinTheTimeout) {
   EXPECT_THROW_WITH(run_ranks(backend, p, body, {.timeout = timeout}), CommError,
                     "all_reduce #0 timed out after 500 ms waiting for rank 0");
   EXPECT_LT(Clock::now() - start, 4 * timeout + milliseconds(3000));
+}
+
+// A hung rank: under threads one that never enters all_reduce #1, under
+// procs one stopped by SIGSTOP. The others fail within the timeout plus a
+// 2 s margin, naming the collective and the rank; under procs the launcher
+// kills the stopped rank 1 s after that (procs_comm.cpp's kGrace), so the
+// whole run ends within one timeout, not two.
+TEST_P(ShmFaults, AHungRankFailsTheOthersWithinTheTimeout) {
+  const auto [backend, p, n] = GetParam();
+  const milliseconds timeout(1000), margin(2000), grace(backend == Backend::Procs ? 1000 : 0);
+  std::atomic<int> gave_up{0};  // threads: the stand-in returns once the others have failed
+  const auto start = Clock::now();
+  auto body = [&](Comm& comm) {
+    std::vector<double> buf(10, 1.0);
+    comm.all_reduce(buf, ReduceOp::Sum);
+    if (comm.rank() == p - 1) {
+      if (backend == Backend::Procs) raise(SIGSTOP);
+      while (gave_up < p - 1) std::this_thread::sleep_for(milliseconds(5));
+      return;
+    }
+    const auto before = Clock::now();
+    EXPECT_THROW_WITH(comm.all_reduce(buf, ReduceOp::Sum), CommError,
+                      fmt::format("all_reduce #1 timed out after 1000 ms waiting for rank {}", p - 1));
+    EXPECT_LT(Clock::now() - before, timeout + margin);
+    ++gave_up;
+  };
+  EXPECT_THROW_WITH(run_ranks(backend, p, body, {.timeout = timeout}), CommError,
+                    fmt::format("all_reduce #1 timed out after 1000 ms waiting for rank {}", p - 1));
+  EXPECT_LT(Clock::now() - start, timeout + grace + margin);
 }
 
 TEST_P(ShmFaults, AFailedCollectiveRefusesTheNextOne) {

@@ -13,6 +13,7 @@
 #include "comm_contract.h"
 #include "support/expect_throw.h"
 #include "tinyllm/dist/errors.h"
+#include "tinyllm/dist/procs_comm.h"
 
 namespace tinyllm::testing {
 namespace {
@@ -49,6 +50,16 @@ TEST(RunThreadsTest, RethrowsTheFailureWithItsRankAndType) {
 TEST(RunThreadsTest, RejectsAWorldBelowOne) {
   EXPECT_THROW_WITH(dist::run_threads(0, [](dist::Comm&) {}), std::invalid_argument,
                     "world size must be at least 1 (got 0)");
+}
+
+// Every backend checks CommOptions::timeout before it starts a rank.
+TEST(RunThreadsTest, RejectsATimeoutOutOfRange) {
+  const auto none = [](dist::Comm&) {};
+  EXPECT_THROW_WITH(dist::run_threads(2, none, {.timeout = std::chrono::milliseconds(0)}), std::invalid_argument,
+                    "run_threads: timeout must be in [1, 1000000000000] ms (got 0 ms)");
+  EXPECT_THROW_WITH(dist::run_procs(2, none, {.timeout = dist::kMaxTimeout + std::chrono::milliseconds(1)}),
+                    std::invalid_argument,
+                    "run_procs: timeout must be in [1, 1000000000000] ms (got 1000000000001 ms)");
 }
 
 // Runs in a forked child. Root ignores RLIMIT_NPROC, so the child becomes

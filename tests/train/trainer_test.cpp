@@ -97,6 +97,26 @@ TEST(TrainerTest, RejectsBadDistributedOptionsBeforeWritingAnything) {
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt"));
 }
 
+// --timeout is seconds in [0.001, 1e9]: 0, below 0, NaN, infinity and values
+// that would overflow std::chrono's deadline are refused by name.
+TEST(TrainerTest, RejectsATimeoutOutOfRangeNamingIt) {
+  TrainOptions o = testing::tiny_run(2, 0);
+  for (double bad : {0.0, -1.0, 0.0004, std::nan(""), HUGE_VAL, 1e300, 1.5e9}) {
+    o.timeout = bad;
+    EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                      fmt::format("--timeout must be a number of seconds from 0.001 to 1e+09 (got {})", bad));
+  }
+}
+
+// A 1 s timeout is far above a step of the tiny model: a normal run on
+// three ranks, each step a dozen collectives, must not time out.
+TEST(TrainerTest, AShortTimeoutDoesNotFailANormalRun) {
+  TrainOptions o = testing::tiny_run(3, 3);
+  o.timeout = 1;
+  o.steps = 8;
+  EXPECT_EQ(train(o).steps_run, 8u);
+}
+
 TEST(TrainerTest, ALossThatIsNotFiniteStopsTheRunNamingTheStep) {
   TrainOptions o = testing::tiny_run(2, 3);
   o.adamw.lr = 1e300;  // the first update sends the weights to ±1e300

@@ -26,7 +26,8 @@ inline constexpr int kNumCollectives = 5;
 const char* collective_name(Collective op);
 
 struct CommOptions {
-  // Longest wait for a peer before a collective fails with CommError.
+  // Longest wait for a peer before a collective fails with CommError, in
+  // [1 ms, kMaxTimeout]. `tinyllm train --timeout` sets it (300 s there).
   std::chrono::milliseconds timeout{60'000};
   // Shared-memory backends: let large broadcasts and all-gathers copy once,
   // straight from the owner's buffer (process_vm_readv between processes),
@@ -34,6 +35,15 @@ struct CommOptions {
   // memory, as on systems that forbid it. Same results either way.
   bool single_copy = true;
 };
+
+// The longest timeout a backend accepts: a deadline of now + timeout must
+// fit steady_clock's nanoseconds (about 292 years), and 10^9 s (31 years)
+// leaves room for any uptime.
+inline constexpr std::chrono::milliseconds kMaxTimeout{std::chrono::seconds(1'000'000'000)};
+
+// Throws std::invalid_argument "<who>: timeout must be in [1, 1000000000000]
+// ms (got 0 ms)" for a timeout out of range. Every backend calls it first.
+void check_options(const CommOptions& options, const std::string& who);
 
 // Bytes counted at the level of the algorithm, the same on every backend:
 // `sent` is this rank's data that other ranks receive, `received` is other

@@ -23,7 +23,10 @@ bool launched_by_mpirun();
 
 // MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI) on
 // construction and MPI_Finalize on destruction, unless MPI was already
-// initialised by someone else: then it does neither.
+// initialised by someone else: then it does neither. Nor does it finalise
+// when an exception is unwinding through it: after a failed collective,
+// MPI_Finalize waits for the ranks that never joined, forever if one is
+// stopped. MPI then stays initialised for abort_mpi_job.
 class MpiSession {
  public:
   explicit MpiSession(int* argc = nullptr, char*** argv = nullptr);
@@ -36,7 +39,15 @@ class MpiSession {
 
  private:
   bool owns_ = false;
+  int unwinding_ = 0;  // std::uncaught_exceptions() at construction
 };
+
+// Ends the whole mpirun job after a failure: MPI_Abort(MPI_COMM_WORLD,
+// code), which makes mpirun kill every rank, a stopped one included. Does
+// nothing (and returns) when MPI is not initialised or already finalised.
+// The library never calls it: the program does, once its message is
+// printed and flushed (MPI_Abort does not return).
+void abort_mpi_job(int code);
 
 class MpiComm final : public Comm {
  public:
@@ -70,6 +81,7 @@ class MpiComm final : public Comm {
 
   bool poll(std::span<MPI_Request> requests) const;
   void wait(std::span<MPI_Request> requests, const char* phase);
+  std::string unjoined() const;
   void check(int status, const char* call);
   std::string current() const;
 

@@ -15,10 +15,11 @@ namespace tinyllm::dist {
 // Call it before this process starts threads of its own where possible
 // (fork copies only the calling thread); OpenBLAS restarts its pool in each
 // child, with its threads divided among the ranks. A rank that throws or
-// dies makes the others fail fast; ranks still running `options.timeout`
-// after the first failure are killed. Rethrows the first failure like
-// run_threads, or a CommError "rank 2 died of signal 9 (Killed)". fn's
-// output goes to the inherited stdout and stderr.
+// dies makes the others fail fast, and one that stops answering makes them
+// time out after `options.timeout`; ranks still running 1 s after the first
+// failure (stopped, or stuck outside the collectives) are killed. Rethrows
+// the first failure like run_threads, or a CommError "rank 2 died of signal
+// 9 (Killed)". fn's output goes to the inherited stdout and stderr.
 void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options = {});
 
 }  // namespace tinyllm::dist

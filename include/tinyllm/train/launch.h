@@ -29,6 +29,14 @@ Backend resolve_backend(Backend backend, int world);
 // be that size or 0 (take mpirun's). std::invalid_argument for a world
 // below 1 (other than mpi's 0), mpi when tinyllm was built without it or
 // not started by mpirun, or a world that differs from mpirun's.
+// Every wait is bounded by options.timeout; under mpi, a final barrier
+// also keeps MPI_Finalize from waiting for a rank that stopped after its
+// last collective.
 void launch(Backend backend, int world, const std::function<void(dist::Comm&)>& fn, dist::CommOptions options = {});
+
+// For the program, after it printed a failure: under mpirun, ends the whole
+// job (dist::abort_mpi_job), since the ranks a stopped one holds up would
+// otherwise wait in MPI_Finalize forever. Elsewhere it returns at once.
+void abort_mpi_job(int code);
 
 }  // namespace tinyllm::train

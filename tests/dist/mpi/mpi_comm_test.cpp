@@ -333,7 +333,9 @@ TEST(MpiCommSetupTest, RejectsBadArguments) {
   EXPECT_THROW_WITH(MpiComm(MPI_COMM_WORLD, kOptions, 0), std::invalid_argument,
                     "MpiComm: max_count must be in [1, 2147483647] (got 0)");
   EXPECT_THROW_WITH(MpiComm(MPI_COMM_WORLD, {.timeout = milliseconds(0)}), std::invalid_argument,
-                    "MpiComm: timeout must be positive (got 0 ms)");
+                    "MpiComm: timeout must be in [1, 1000000000000] ms (got 0 ms)");
+  EXPECT_THROW_WITH(MpiComm(MPI_COMM_WORLD, {.timeout = kMaxTimeout + milliseconds(1)}), std::invalid_argument,
+                    "MpiComm: timeout must be in [1, 1000000000000] ms (got 1000000000001 ms)");
 }
 
 TEST(MpiCommSetupTest, KnowsItWasLaunchedByMpirun) { EXPECT_TRUE(launched_by_mpirun()); }
