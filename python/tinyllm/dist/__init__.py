@@ -132,7 +132,7 @@ def _raise_rank_error(failure, errors):
         raise failure
     error, remote_traceback = errors[rank]
     message = str(error)
-    if not message.startswith("rank "):
+    if not re.match(r"rank \d+", message):
         message = f"rank {rank}: {message}"
     try:
         raised = type(error)(message)
