@@ -1,0 +1,47 @@
+// The pybind11 binding of tinyllm: one bind_* function per layer, called in
+// order by module.cpp. The binding converts types and releases the GIL
+// around C++ work; every rule it enforces is the C++ library's, surfacing as
+// Python exceptions (std::invalid_argument as ValueError,
+// dist::CommError as tinyllm.dist.CommError).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tinyllm/optim/optimizer.h"
+#include "tinyllm/tensor/tensor.h"
+
+namespace tinyllm::python {
+
+namespace py = pybind11;
+
+// An optimizer's class and hyperparameters, the seed's `opt_cls, **kw`
+// (tinyllm.optim.AdamW._factory(lr=0.5) makes one), for ZeroOptimizer.
+struct Factory {
+  optim::OptimizerFactory make;
+};
+
+void bind_tensor(py::module_& m);
+void bind_nn(py::module_& m);
+void bind_optim(py::module_& m);
+void bind_dist(py::module_& m);
+
+// A NumPy array over the tensor's values, sharing its memory; the array keeps
+// the tensor alive. ValueError while the values are released.
+py::array numpy_view(const Tensor& t);
+// A new leaf tensor holding a copy of any numeric array (converted to float64).
+Tensor tensor_from_array(const py::array_t<double, py::array::c_style | py::array::forcecast>& values,
+                         bool requires_grad);
+// The memory of an array a collective or an optimizer works on in place: it
+// must be a writable, C-contiguous float64 array (a copy would silently lose
+// the result), else ValueError naming what it got. `who` leads the message.
+std::span<double> float64_span(const py::array& a, const std::string& who);
+// Any iterable of tensors (a list, a generator), in order; TypeError naming
+// the first item that is not a tensor.
+std::vector<Tensor> tensor_list(const py::iterable& items, const std::string& who);
+
+}  // namespace tinyllm::python

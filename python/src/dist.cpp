@@ -1,0 +1,274 @@
+// tinyllm._C.dist: Comm and its collectives on tensors and NumPy arrays,
+// chunk_bounds, the two launchers (ranks as threads, ranks as forked
+// processes) running a Python function on every rank, mpi_comm() under
+// mpirun, DDP and ZeroOptimizer. Every collective releases the GIL, so rank
+// threads waiting for each other never wait for the GIL as well.
+#include <Python.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "bindings.h"
+#include "tinyllm/dist/chunk.h"
+#include "tinyllm/dist/comm.h"
+#include "tinyllm/dist/ddp.h"
+#include "tinyllm/dist/errors.h"
+#include "tinyllm/dist/procs_comm.h"
+#include "tinyllm/dist/threads_comm.h"
+#include "tinyllm/dist/zero.h"
+#if TINYLLM_WITH_MPI
+#include "tinyllm/dist/mpi_comm.h"
+#endif
+
+namespace tinyllm::python {
+
+namespace {
+
+using Release = py::call_guard<py::gil_scoped_release>;
+
+// Python's handle on one rank's Comm. A launcher's Comm lives only while the
+// rank's function runs; the handle is cut when it returns, so a Comm kept
+// beyond it raises instead of touching freed memory.
+class CommHandle {
+ public:
+  explicit CommHandle(dist::Comm* comm, std::shared_ptr<void> owner = {}) : comm_(comm), owner_(std::move(owner)) {}
+  dist::Comm& get() const {
+    if (comm_ == nullptr) throw py::value_error("Comm: used after the spawn that made it returned");
+    return *comm_;
+  }
+  void cut() { comm_ = nullptr; }
+
+ private:
+  dist::Comm* comm_;
+  std::shared_ptr<void> owner_;
+};
+using CommPtr = std::shared_ptr<CommHandle>;
+
+dist::ReduceOp reduce_op(const std::string& op) {
+  if (op == "sum") return dist::ReduceOp::Sum;
+  if (op == "mean") return dist::ReduceOp::Mean;
+  throw py::value_error("Comm: op must be 'sum' or 'mean' (got '" + op + "')");
+}
+
+// A tensor's values or an array's memory, for a collective to work on in place.
+std::span<double> values_of(const py::object& x, const std::string& who) {
+  if (py::isinstance<Tensor>(x)) return x.cast<Tensor>().data();
+  if (py::isinstance<py::array>(x)) return float64_span(x.cast<py::array>(), who);
+  throw py::type_error(who + ": expected a tinyllm.Tensor or a numpy.ndarray (got " +
+                       std::string(py::str(py::type::of(x).attr("__name__"))) + ")");
+}
+
+// A new output of length n shaped like x's kind: a tensor for a tensor, an array otherwise.
+py::object new_like(const py::object& x, std::size_t n) {
+  if (py::isinstance<Tensor>(x)) return py::cast(Tensor::zeros({n}));
+  return py::array_t<double>(static_cast<py::ssize_t>(n));
+}
+
+dist::CommOptions options(double timeout_s) {
+  if (!(timeout_s > 0))
+    throw py::value_error("spawn: timeout must be positive (got " + std::to_string(timeout_s) + ")");
+  return {.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000))};
+}
+
+// Runs fn(comm) as this rank, holding the GIL; a Python exception leaves as
+// a C++ one carrying its text, so the launcher fails the other ranks fast.
+void run_rank(const py::function& fn, dist::Comm& comm) {
+  auto handle = std::make_shared<CommHandle>(&comm);
+  try {
+    fn(handle);
+    handle->cut();
+  } catch (py::error_already_set& error) {
+    handle->cut();
+    throw std::runtime_error(error.what());
+  }
+}
+
+// DDP and ZeroOptimizer keep the handle beside the C++ object, so they too
+// raise once their Comm is gone.
+struct BoundDDP : dist::DDP {
+  BoundDDP(std::shared_ptr<nn::Module> model, CommPtr c) : dist::DDP(std::move(model), c->get()), comm(std::move(c)) {}
+  CommPtr comm;
+};
+
+struct BoundZero {
+  BoundZero(const Factory& make_inner, std::vector<Tensor> params, CommPtr c, int stage)
+      : comm(std::move(c)), zero(make_inner.make, std::move(params), comm->get(), stage) {}
+  CommPtr comm;
+  dist::ZeroOptimizer zero;
+  dist::ZeroOptimizer& get() {
+    comm->get();
+    return zero;
+  }
+};
+
+#if TINYLLM_WITH_MPI
+struct MpiState {
+  dist::MpiSession session;
+  dist::MpiComm comm;
+};
+#endif
+
+}  // namespace
+
+void bind_dist(py::module_& m) {
+  py::register_exception<dist::CommError>(m, "CommError", PyExc_RuntimeError);
+
+  m.def(
+      "chunk_bounds", [](std::size_t n, int p, int r) { return dist::chunk_bounds(n, p, r); }, py::arg("n"),
+      py::arg("p"), py::arg("r"), "Rank r's chunk [a, b) of n values over p ranks; the first n % p are one longer");
+
+  py::class_<CommHandle, CommPtr>(m, "Comm", "One rank's handle on a group; every call is collective")
+      .def_property_readonly("rank", [](const CommHandle& c) { return c.get().rank(); })
+      .def_property_readonly("size", [](const CommHandle& c) { return c.get().size(); })
+      .def(
+          "broadcast",
+          [](const CommHandle& c, py::object x, int root) {
+            std::span<double> buf = values_of(x, "broadcast");
+            dist::Comm& comm = c.get();
+            py::gil_scoped_release release;
+            comm.broadcast(buf, root);
+            return x;
+          },
+          py::arg("x"), py::arg("root") = 0, "x becomes root's x, in place; returns x")
+      .def(
+          "all_reduce",
+          [](const CommHandle& c, py::object x, const std::string& op) {
+            std::span<double> buf = values_of(x, "all_reduce");
+            const dist::ReduceOp reduce = reduce_op(op);
+            dist::Comm& comm = c.get();
+            py::gil_scoped_release release;
+            comm.all_reduce(buf, reduce);
+            return x;
+          },
+          py::arg("x"), py::arg("op") = "sum", "x becomes the sum (or mean) over ranks, in place; returns x")
+      .def(
+          "reduce_scatter",
+          [](const CommHandle& c, py::object x, py::object out, const std::string& op) {
+            std::span<double> in = values_of(x, "reduce_scatter");
+            dist::Comm& comm = c.get();
+            if (out.is_none()) {
+              auto [a, b] = dist::chunk_bounds(in.size(), comm.size(), comm.rank());
+              out = new_like(x, b - a);
+            }
+            std::span<double> chunk = values_of(out, "reduce_scatter");
+            const dist::ReduceOp reduce = reduce_op(op);
+            py::gil_scoped_release release;
+            comm.reduce_scatter(in, chunk, reduce);
+            return out;
+          },
+          py::arg("x"), py::arg("out") = py::none(), py::arg("op") = "sum",
+          "this rank's chunk_bounds chunk of the sum (or mean) of every rank's x, into out; returns out")
+      .def(
+          "all_gather",
+          [](const CommHandle& c, py::object chunk, py::object out) {
+            std::span<double> mine = values_of(chunk, "all_gather"), all = values_of(out, "all_gather");
+            dist::Comm& comm = c.get();
+            py::gil_scoped_release release;
+            comm.all_gather(mine, all);
+            return out;
+          },
+          py::arg("chunk"), py::arg("out"), "every rank's chunk into out, laid out by chunk_bounds; returns out")
+      .def("barrier", [](const CommHandle& c) {
+        dist::Comm& comm = c.get();
+        py::gil_scoped_release release;
+        comm.barrier();
+      });
+
+  m.def(
+      "run_threads",
+      [](int world, const py::function& fn, double timeout_s) {
+        const dist::CommOptions opts = options(timeout_s);
+        py::gil_scoped_release release;
+        dist::run_threads(
+            world,
+            [&](dist::Comm& comm) {
+              py::gil_scoped_acquire gil;
+              run_rank(fn, comm);
+            },
+            opts);
+      },
+      py::arg("world"), py::arg("fn"), py::arg("timeout_s") = 60.0);
+
+  // The GIL stays held: fork() runs on this thread, so each child starts as
+  // the GIL's only holder, which PyOS_AfterFork_Child (os.fork's own
+  // child-side step) turns into a consistent interpreter.
+  m.def(
+      "run_procs",
+      [](int world, const py::function& fn, double timeout_s) {
+        dist::run_procs(
+            world,
+            [&](dist::Comm& comm) {
+              PyOS_AfterFork_Child();
+              run_rank(fn, comm);
+            },
+            options(timeout_s));
+      },
+      py::arg("world"), py::arg("fn"), py::arg("timeout_s") = 60.0);
+
+  m.def("mpi_comm", []() -> CommPtr {
+#if TINYLLM_WITH_MPI
+    static std::shared_ptr<MpiState> state;
+    if (!state) state = std::make_shared<MpiState>();
+    return std::make_shared<CommHandle>(&state->comm, state);
+#else
+    throw std::runtime_error("mpi_comm: this tinyllm was built without MPI (TINYLLM_WITH_MPI=OFF)");
+#endif
+  });
+  m.def("launched_by_mpirun", []() {
+#if TINYLLM_WITH_MPI
+    return dist::launched_by_mpirun();
+#else
+    return false;
+#endif
+  });
+
+  py::class_<BoundDDP, nn::Module, std::shared_ptr<BoundDDP>>(m, "DDP",
+                                                              "Data parallelism: rank 0's weights, mean grads")
+      .def(py::init([](std::shared_ptr<nn::Module> model, CommPtr comm) {
+             py::gil_scoped_release release;
+             return std::make_shared<BoundDDP>(std::move(model), std::move(comm));
+           }),
+           py::arg("model"), py::arg("comm"), py::keep_alive<1, 2>())
+      .def_property_readonly("module", [](const BoundDDP& d) { return d.named_children().front().second; })
+      .def("sync_grads",
+           [](BoundDDP& d) {
+             d.comm->get();
+             py::gil_scoped_release release;
+             d.sync_grads();
+           })
+      .def("grad_bytes", &BoundDDP::grad_bytes);
+
+  py::class_<BoundZero>(m, "ZeroOptimizer", "ZeRO stages 1 to 3 around an unchanged inner optimizer")
+      .def(py::init([](const Factory& make_inner, const py::iterable& params, CommPtr comm, int stage) {
+             std::vector<Tensor> tensors = tensor_list(params, "ZeroOptimizer");
+             py::gil_scoped_release release;
+             return std::make_unique<BoundZero>(make_inner, std::move(tensors), std::move(comm), stage);
+           }),
+           py::arg("make_inner"), py::arg("params"), py::arg("comm"), py::arg("stage"))
+      .def(
+          "gather", [](BoundZero& z) { z.get().gather(); }, Release())
+      .def(
+          "step", [](BoundZero& z) { z.get().step(); }, Release())
+      .def(
+          "zero_grad", [](BoundZero& z) { z.get().zero_grad(); }, Release())
+      .def(
+          "clip_grad_norm", [](BoundZero& z, double max_norm) { return z.get().clip_grad_norm(max_norm); },
+          py::arg("max_norm"), Release())
+      .def("memory_bytes",
+           [](const BoundZero& z) {
+             const dist::MemoryBytes b = z.zero.memory_bytes();
+             py::dict out;
+             out["params"] = b.params;
+             out["grads"] = b.grads;
+             out["optimizer"] = b.optimizer;
+             return out;
+           })
+      .def_property_readonly("stage", [](const BoundZero& z) { return z.zero.stage(); })
+      .def_property_readonly("chunk", [](const BoundZero& z) { return z.zero.chunk(); })
+      .def_property_readonly("master_chunk", [](const BoundZero& z) { return z.zero.master_chunk(); });
+}
+
+}  // namespace tinyllm::python

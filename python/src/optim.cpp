@@ -1,0 +1,100 @@
+// tinyllm._C.optim: SGD and AdamW with torch.optim's keyword names and
+// defaults, their state_dict as a dict of tensors and floats by name
+// ("0.exp_avg", "0.step"), and the factories ZeroOptimizer builds its inner
+// optimizer with (tinyllm.dist.zero maps opt_cls and **kw onto them).
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "bindings.h"
+#include "tinyllm/optim/adamw.h"
+#include "tinyllm/optim/optimizer.h"
+#include "tinyllm/optim/sgd.h"
+
+namespace tinyllm::python {
+
+namespace {
+
+using Release = py::call_guard<py::gil_scoped_release>;
+
+py::dict to_dict(const optim::StateDict& state) {
+  py::dict out;
+  for (const auto& [name, tensor] : state.tensors) out[py::str(name)] = tensor;
+  for (const auto& [name, value] : state.scalars) out[py::str(name)] = value;
+  return out;
+}
+
+// Tensors stay tensors, arrays are copied into tensors, numbers are scalars.
+optim::StateDict from_dict(const py::dict& state) {
+  optim::StateDict out;
+  for (auto [key, value] : state) {
+    std::string name = py::str(key);
+    if (py::isinstance<Tensor>(value)) {
+      out.tensors.emplace_back(std::move(name), value.cast<Tensor>());
+    } else if (py::isinstance<py::array>(value)) {
+      out.tensors.emplace_back(std::move(name), tensor_from_array(value.cast<py::array>(), false));
+    } else {
+      out.scalars.emplace_back(std::move(name), value.cast<double>());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_optim(py::module_& m) {
+  py::class_<Factory>(m, "_Factory", "An optimizer and its hyperparameters, to be built over any parameters");
+
+  py::class_<optim::Optimizer>(m, "Optimizer", "step, zero_grad, state_dict and load_state_dict")
+      .def("step", &optim::Optimizer::step, Release())
+      .def("zero_grad", &optim::Optimizer::zero_grad)
+      .def("state_dict", [](const optim::Optimizer& o) { return to_dict(o.state_dict()); })
+      .def(
+          "load_state_dict", [](optim::Optimizer& o, const py::dict& state) { o.load_state_dict(from_dict(state)); },
+          py::arg("state_dict"))
+      .def("parameters", &optim::Optimizer::parameters);
+
+  const optim::SGDOptions sgd;
+  py::class_<optim::SGD, optim::Optimizer>(m, "SGD", "torch.optim.SGD: momentum, dampening, L2 decay, Nesterov")
+      .def(py::init([](const py::iterable& params, double lr, double momentum, double dampening, double weight_decay,
+                       bool nesterov) {
+             return std::make_unique<optim::SGD>(tensor_list(params, "SGD"),
+                                                 optim::SGDOptions{lr, momentum, dampening, weight_decay, nesterov});
+           }),
+           py::arg("params"), py::arg("lr") = sgd.lr, py::arg("momentum") = sgd.momentum,
+           py::arg("dampening") = sgd.dampening, py::arg("weight_decay") = sgd.weight_decay,
+           py::arg("nesterov") = sgd.nesterov)
+      .def_static(
+          "_factory",
+          [](double lr, double momentum, double dampening, double weight_decay, bool nesterov) {
+            return Factory{optim::SGD::factory({lr, momentum, dampening, weight_decay, nesterov})};
+          },
+          py::kw_only(), py::arg("lr") = sgd.lr, py::arg("momentum") = sgd.momentum,
+          py::arg("dampening") = sgd.dampening, py::arg("weight_decay") = sgd.weight_decay,
+          py::arg("nesterov") = sgd.nesterov)
+      .def_property_readonly("lr", [](const optim::SGD& o) { return o.options().lr; });
+  m.attr("SGD").attr("hyperparameters") = py::make_tuple("lr", "momentum", "dampening", "weight_decay", "nesterov");
+
+  const optim::AdamWOptions adamw;
+  py::class_<optim::AdamW, optim::Optimizer>(m, "AdamW", "torch.optim.AdamW: decoupled decay, eps after the sqrt")
+      .def(py::init([](const py::iterable& params, double lr, std::pair<double, double> betas, double eps,
+                       double weight_decay) {
+             return std::make_unique<optim::AdamW>(tensor_list(params, "AdamW"),
+                                                   optim::AdamWOptions{lr, betas, eps, weight_decay});
+           }),
+           py::arg("params"), py::arg("lr") = adamw.lr, py::arg("betas") = adamw.betas, py::arg("eps") = adamw.eps,
+           py::arg("weight_decay") = adamw.weight_decay)
+      .def_static(
+          "_factory",
+          [](double lr, std::pair<double, double> betas, double eps, double weight_decay) {
+            return Factory{optim::AdamW::factory({lr, betas, eps, weight_decay})};
+          },
+          py::kw_only(), py::arg("lr") = adamw.lr, py::arg("betas") = adamw.betas, py::arg("eps") = adamw.eps,
+          py::arg("weight_decay") = adamw.weight_decay)
+      .def_property_readonly("lr", [](const optim::AdamW& o) { return o.options().lr; });
+  m.attr("AdamW").attr("hyperparameters") = py::make_tuple("lr", "betas", "eps", "weight_decay");
+}
+
+}  // namespace tinyllm::python

@@ -1,0 +1,201 @@
+"""tinyllm.dist: chunk_bounds, the collectives on tensors and NumPy arrays
+on both backends, spawn's results and errors (one rank raising, bad
+arguments), and the GIL: rank threads run while another waits in a
+collective."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tinyllm
+from support import BACKENDS
+from tinyllm import dist
+
+
+def test_chunk_bounds():
+    assert [dist.chunk_bounds(10, 4, r) for r in range(4)] == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert [dist.chunk_bounds(2, 3, r) for r in range(3)] == [(0, 1), (1, 2), (2, 2)]
+    with pytest.raises(ValueError, match="0 <= r < p|rank"):
+        dist.chunk_bounds(10, 4, 4)
+
+
+def collectives(comm):
+    p, r = comm.size, comm.rank
+    n = 7
+    x = np.arange(n, dtype=np.float64) + 10 * r  # rank-dependent fills: expected values are formulas
+    total = p * np.arange(n) + 10 * p * (p - 1) / 2
+    out = {}
+    out["all_reduce_sum"] = comm.all_reduce(x.copy(), op="sum")
+    out["all_reduce_mean"] = comm.all_reduce(x.copy(), op="mean")
+    t = tinyllm.tensor(x)
+    comm.all_reduce(t, op="sum")
+    out["tensor_all_reduce"] = t.numpy().copy()
+    out["broadcast"] = comm.broadcast(x.copy(), root=p - 1)
+    a, b = dist.chunk_bounds(n, p, r)
+    out["reduce_scatter"] = comm.reduce_scatter(x, op="sum")
+    chunk = np.full(b - a, float(r))
+    out["all_gather"] = comm.all_gather(chunk, np.zeros(n))
+    out["tensor_reduce_scatter"] = comm.reduce_scatter(tinyllm.tensor(x), op="mean").numpy().copy()
+    comm.barrier()
+    return out, total, (a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_collectives_on_arrays_and_tensors(backend, world):
+    n = 7
+    for r, (out, total, (a, b)) in enumerate(dist.spawn(collectives, world, backend)):
+        np.testing.assert_array_equal(out["all_reduce_sum"], total)
+        np.testing.assert_allclose(out["all_reduce_mean"], total / world, rtol=1e-15)
+        np.testing.assert_array_equal(out["tensor_all_reduce"], total)
+        np.testing.assert_array_equal(out["broadcast"], np.arange(n) + 10 * (world - 1))
+        np.testing.assert_array_equal(out["reduce_scatter"], total[a:b])
+        np.testing.assert_allclose(out["tensor_reduce_scatter"], total[a:b] / world, rtol=1e-15)
+        owner = [q for q in range(world) for _ in range(*dist.chunk_bounds(n, world, q))]
+        np.testing.assert_array_equal(out["all_gather"], owner)
+
+
+def test_collectives_refuse_arrays_they_cannot_write_in_place():
+    def rank(comm):
+        with pytest.raises(ValueError, match=r"all_reduce: the array must be float64 \(got int64\)"):
+            comm.all_reduce(np.arange(4))
+        with pytest.raises(ValueError, match="must be C-contiguous"):
+            comm.all_reduce(np.zeros((4, 4))[:, 0])
+        ro = np.zeros(4)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="writable"):
+            comm.broadcast(ro)
+        with pytest.raises(ValueError, match=r"op must be 'sum' or 'mean' \(got 'max'\)"):
+            comm.all_reduce(np.zeros(4), op="max")
+        with pytest.raises(TypeError, match="expected a tinyllm.Tensor or a numpy.ndarray"):
+            comm.all_reduce([1.0, 2.0])
+        comm.barrier()  # the group is still in step
+        return True
+
+    assert dist.spawn(rank, 2) == [True, True]
+
+
+def test_ranks_that_disagree_get_a_comm_error_naming_a_rank():
+    def rank(comm):
+        comm.all_reduce(np.zeros(3 + comm.rank))
+
+    with pytest.raises(dist.CommError, match=r"rank \d"):
+        dist.spawn(rank, 2, timeout=10)
+    assert issubclass(dist.CommError, RuntimeError)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spawn_returns_results_by_rank(backend):
+    assert dist.spawn(lambda comm: (comm.rank, comm.size), 3, backend) == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_procs_ranks_are_processes_and_threads_are_not():
+    pids = dist.spawn(lambda comm: os.getpid(), 3, "procs")
+    assert len(set(pids)) == 3 and os.getpid() not in pids
+    assert dist.spawn(lambda comm: os.getpid(), 3, "threads") == [os.getpid()] * 3
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_exception_on_one_rank_is_raised_in_the_caller_naming_it(backend):
+    def rank(comm):
+        if comm.rank == 2:
+            raise Boom("rank two fails")
+        comm.barrier()  # the others wait here and must fail fast, not hang
+        return comm.rank
+
+    start = time.monotonic()
+    with pytest.raises(Boom, match="^rank 2: rank two fails") as info:
+        dist.spawn(rank, 4, backend, timeout=30)
+    assert time.monotonic() - start < 15
+    assert info.value.rank == 2
+    assert isinstance(info.value.__cause__, Boom)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_value_error_inside_a_rank_stays_a_value_error(backend):
+    def rank(comm):
+        if comm.rank == 0:
+            tinyllm.tensor(np.ones(2)) + tinyllm.tensor(np.ones(3))
+        comm.barrier()
+
+    with pytest.raises(ValueError, match="^rank 0: "):
+        dist.spawn(rank, 2, backend, timeout=30)
+
+
+def test_procs_rank_that_dies_is_named():
+    def rank(comm):
+        if comm.rank == 1:
+            os.kill(os.getpid(), 9)
+        comm.barrier()
+
+    with pytest.raises(dist.CommError, match="rank 1 died of signal 9"):
+        dist.spawn(rank, 3, "procs", timeout=5)
+
+
+def test_procs_result_that_cannot_be_pickled_is_an_error():
+    with pytest.raises(Exception, match="rank 0: .*(pickle|lambda)"):
+        dist.spawn(lambda comm: (lambda: None) if comm.rank == 0 else 1, 2, "procs", timeout=10)
+
+
+def test_spawn_refuses_bad_arguments():
+    for world in (0, -1, 2.5, "4", True):
+        with pytest.raises(ValueError, match=r"world must be a positive int \(got"):
+            dist.spawn(lambda comm: None, world)
+    with pytest.raises(TypeError, match=r"fn must be callable \(got int 3\)"):
+        dist.spawn(3, 2)
+    with pytest.raises(ValueError, match=r"backend must be 'threads' or 'procs' \(got 'mpi'\)"):
+        dist.spawn(lambda comm: None, 2, "mpi")
+
+
+def test_a_comm_kept_after_spawn_raises():
+    (comm,) = dist.spawn(lambda comm: comm, 1)
+    with pytest.raises(ValueError, match="used after the spawn"):
+        comm.rank
+
+
+def test_threads_release_the_gil_in_every_collective():
+    # Rank 0 enters the collective first and stays there until rank 1 joins;
+    # rank 1 must run Python meanwhile, which it can only do if rank 0's
+    # collective let go of the GIL.
+    entered = threading.Event()
+
+    def rank(comm):
+        if comm.rank == 0:
+            entered.set()
+            comm.all_reduce(np.ones(1000))
+            return None
+        assert entered.wait(10)
+        time.sleep(0.05)  # rank 0 is inside all_reduce by now
+        spins = 0
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:
+            spins += 1  # pure Python, holding the GIL between switches
+        comm.all_reduce(np.ones(1000))
+        return spins
+
+    results = dist.spawn(rank, 2, "threads", timeout=5)
+    assert results[1] > 1000
+
+
+def test_threads_run_compute_concurrently():
+    # Two ranks each wait at a barrier while the other computes in C++ with
+    # the GIL released; the two GPT steps overlap in time.
+    def rank(comm):
+        model = tinyllm.nn.GPT(tinyllm.nn.GPTConfig(n_layer=1, n_embd=32, block_size=16), seed=comm.rank)
+        idx = np.zeros((4, 16), dtype=np.int32)
+        comm.barrier()
+        start = time.monotonic()
+        model.loss(idx, idx).backward()
+        end = time.monotonic()
+        comm.barrier()
+        return start, end
+
+    (s0, e0), (s1, e1) = dist.spawn(rank, 2, "threads")
+    assert max(s0, s1) < min(e0, e1), "the ranks' compute did not overlap"

@@ -1,0 +1,58 @@
+"""tinyllm.dist.zero: DDP and ZeroOptimizer with the seed-course signatures.
+
+DDP(model, comm) broadcasts rank 0's parameters; forward (or calling it)
+runs the model; sync_grads() averages the gradients in one bucket.
+ZeroOptimizer(opt_cls, params, comm, stage, **kw) shards the optimizer
+state (stage 1), also the gradients (2), also the parameters (3) around
+opt_cls(**kw), an unchanged tinyllm.optim.SGD or AdamW. A step on each rank:
+zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step().
+"""
+
+from .. import optim
+from .._C import dist as _dist
+
+
+class DDP(_dist.DDP):
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+class ZeroOptimizer:
+    def __init__(self, opt_cls, params, comm, stage, **kw):
+        if not (isinstance(opt_cls, type) and issubclass(opt_cls, (optim.SGD, optim.AdamW))):
+            raise TypeError(
+                f"ZeroOptimizer: opt_cls must be tinyllm.optim.SGD or tinyllm.optim.AdamW (got {opt_cls!r})"
+            )
+        unknown = [name for name in kw if name not in opt_cls.hyperparameters]
+        if unknown:
+            raise TypeError(
+                f"ZeroOptimizer: {opt_cls.__name__} has no hyperparameter {unknown[0]!r} "
+                f"(it takes {', '.join(opt_cls.hyperparameters)})"
+            )
+        self._zero = _dist.ZeroOptimizer(opt_cls._factory(**kw), params, comm, stage)
+
+    def gather(self):
+        self._zero.gather()
+
+    def step(self):
+        self._zero.step()
+
+    def zero_grad(self):
+        self._zero.zero_grad()
+
+    def clip_grad_norm(self, max_norm):
+        return self._zero.clip_grad_norm(max_norm)
+
+    def memory_bytes(self):
+        return self._zero.memory_bytes()
+
+    @property
+    def stage(self):
+        return self._zero.stage
+
+    @property
+    def chunk(self):
+        return self._zero.chunk
+
+
+__all__ = ["DDP", "ZeroOptimizer"]
