@@ -315,7 +315,10 @@ echo "Command: \`$(command_line)\` — L=$L H=$H C=$C T=$T, vocab $V, n = $n par
   "global batch $B, $S steps, backend procs, data $data, $cores cores, $(($(available_bytes) >> 20)) MiB available" \
   "at the start, load $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
-for P in 1 $worlds; do measure_world "$P"; done
+for P in 1 $worlds; do
+  if [ "$P" != 1 ] || [ -z "${one_done:-}" ]; then measure_world "$P"; fi
+  one_done=1
+done
 print_report
 if [ "${CHECK:-1}" != 0 ]; then
   echo
