@@ -9,6 +9,7 @@
 
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/optim/clip_grad.h"
+#include "tinyllm/tensor/storage.h"
 
 namespace tinyllm::train {
 namespace {
@@ -39,11 +40,9 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
   if (!comm_ && zero_ != 0) throw std::invalid_argument("Replica: one process alone has no ZeRO stage");
   n_ = model_->num_parameters();
   std::tie(a_, b_) = comm_ ? dist::chunk_bounds(n_, comm_->size(), comm_->rank()) : std::pair{std::size_t{0}, n_};
-  std::size_t longest = b_ - a_;
   if (zero_ == 0) {
     if (comm_) ddp_ = std::make_unique<dist::DDP>(model_, *comm_);
     adamw_ = std::make_unique<optim::AdamW>(params_, adamw);
-    for (const Tensor& p : params_) longest = std::max(longest, p.numel());
   } else {
     // Stage 3 gathers block by block; the embeddings and ln_f (2 to 3% of
     // the parameters at the sizes this trainer runs) stay gathered for the step.
@@ -54,7 +53,10 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
     zero_optimizer_ =
         std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw), params_, *comm_, zero_, options);
   }
-  zeros_.assign(longest, 0.0);
+  // The model was built in buffers of its own, copied by DDP and ZeRO into
+  // their flat vectors: their lengths are never asked for again, so they go
+  // back to the system rather than sit in the storage cache.
+  empty_cache();
 }
 
 Replica::~Replica() = default;
@@ -139,11 +141,24 @@ std::vector<std::span<const double>> Replica::segments(Region region) const {
   return out;
 }
 
+std::span<const double> Replica::zeros(std::size_t count) const {
+  // Made once at the longest length asked for (the chunk, or a parameter
+  // for DDP), so that spans handed out earlier stay valid.
+  if (zeros_.empty()) {
+    std::size_t longest = b_ - a_;
+    if (!zero_optimizer_) {
+      for (const Tensor& p : params_) longest = std::max(longest, p.numel());
+    }
+    zeros_.assign(longest, 0.0);
+  }
+  return std::span<const double>(zeros_).first(count);
+}
+
 std::vector<double> Replica::full(Region region) {
   std::vector<double> out(n_);
   if (zero_optimizer_) {  // every region is the ranks' chunks, the parameters too
     const std::span<const double> chunk = segments(region)[0];
-    comm_->all_gather(chunk.empty() ? std::span<const double>(zeros_).first(b_ - a_) : chunk, out);
+    comm_->all_gather(chunk.empty() ? zeros(b_ - a_) : chunk, out);
     return out;
   }
   const std::vector<std::span<const double>> segs =
@@ -164,7 +179,7 @@ std::vector<Piece> Replica::pieces() const {
     const std::size_t base = static_cast<std::size_t>(g) * n_;
     const std::vector<std::span<const double>> segs = segments(static_cast<Region>(g));
     if (zero_optimizer_) {
-      out.push_back({base + a_, segs[0].empty() ? std::span<const double>(zeros_).first(b_ - a_) : segs[0]});
+      out.push_back({base + a_, segs[0].empty() ? zeros(b_ - a_) : segs[0]});
       continue;
     }
     // One process and DDP hold every parameter: write the part of each
@@ -174,7 +189,7 @@ std::vector<Piece> Replica::pieces() const {
       const std::size_t numel = params_[i].numel();
       const std::size_t first = std::max(offset, a_), last = std::min(offset + numel, b_);
       if (first < last) {
-        const std::span<const double> values = segs[i].empty() ? std::span<const double>(zeros_) : segs[i];
+        const std::span<const double> values = segs[i].empty() ? zeros(numel) : segs[i];
         out.push_back({base + first, values.subspan(first - offset, last - first)});
       }
       offset += numel;

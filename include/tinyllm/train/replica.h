@@ -93,7 +93,9 @@ class Replica {
   std::unique_ptr<dist::DDP> ddp_;
   std::unique_ptr<optim::AdamW> adamw_;  // one process and DDP
   std::unique_ptr<dist::ZeroOptimizer> zero_optimizer_;
-  std::vector<double> zeros_;  // the optimizer state before AdamW's first step
+  // The optimizer state before AdamW's first step, made when first asked for.
+  std::span<const double> zeros(std::size_t count) const;
+  mutable std::vector<double> zeros_;
 };
 
 }  // namespace tinyllm::train
