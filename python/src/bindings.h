@@ -40,6 +40,11 @@ Tensor tensor_from_array(const py::array_t<double, py::array::c_style | py::arra
 // must be a writable, C-contiguous float64 array (a copy would silently lose
 // the result), else ValueError naming what it got. `who` leads the message.
 std::span<double> float64_span(const py::array& a, const std::string& who);
+// Token ids as the int32 array the C++ takes: any integer array or nested
+// list, converted when it is of another integer type; ValueError for
+// non-integers (floats would be truncated) or values beyond int32.
+using IntArray = py::array_t<int, py::array::c_style | py::array::forcecast>;
+IntArray int_array(const py::object& ids, const std::string& who);
 // Any iterable of tensors (a list, a generator), in order; TypeError naming
 // the first item that is not a tensor.
 std::vector<Tensor> tensor_list(const py::iterable& items, const std::string& who);

@@ -18,7 +18,6 @@ namespace tinyllm::python {
 namespace {
 
 using Release = py::call_guard<py::gil_scoped_release>;
-using IntArray = py::array_t<int, py::array::c_style | py::array::forcecast>;
 
 // Opens Module's protected registration to the binding, for modules written
 // in Python: the member pointers are formed here, where they are accessible,
@@ -36,19 +35,22 @@ struct ModuleAccess : nn::Module {
 
 py::object optional_tensor(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
-// Token ids [B, T] as the span and sizes GPT takes.
+// Token ids [B, T] as the span and sizes GPT takes; ids_array owns the
+// converted array (release the GIL only while a Tokens is alive).
 struct Tokens {
+  IntArray ids_array;
   std::span<const int> ids;
   std::size_t batch = 0, seq = 0;
 };
-Tokens tokens(const IntArray& ids, const char* who) {
+Tokens tokens(const py::object& token_ids, const char* who) {
+  IntArray ids = int_array(token_ids, std::string("GPT.") + who);
   if (ids.ndim() != 2) {
     throw py::value_error(std::string("GPT.") + who + ": token ids must be a 2-d array [B, T] (got " +
                           std::to_string(ids.ndim()) + " dims)");
   }
-  return {{ids.data(), static_cast<std::size_t>(ids.size())},
-          static_cast<std::size_t>(ids.shape(0)),
-          static_cast<std::size_t>(ids.shape(1))};
+  const std::span<const int> span(ids.data(), static_cast<std::size_t>(ids.size()));
+  const auto batch = static_cast<std::size_t>(ids.shape(0)), seq = static_cast<std::size_t>(ids.shape(1));
+  return {std::move(ids), span, batch, seq};
 }
 
 }  // namespace
@@ -99,7 +101,8 @@ void bind_nn(py::module_& m) {
            py::arg("num_embeddings"), py::arg("embedding_dim"), py::kw_only(), py::arg("std") = 0.02,
            py::arg("seed") = 0)
       .def("forward",
-           [](const nn::Embedding& e, const IntArray& ids) {
+           [](const nn::Embedding& e, const py::object& token_ids) {
+             const IntArray ids = int_array(token_ids, "Embedding.forward");
              std::span<const int> span(ids.data(), static_cast<std::size_t>(ids.size()));
              const Shape shape(ids.shape(), ids.shape() + ids.ndim());
              py::gil_scoped_release release;
@@ -132,7 +135,7 @@ void bind_nn(py::module_& m) {
       .def_property_readonly("config", &nn::GPT::config)
       .def(
           "forward",
-          [](const nn::GPT& model, const IntArray& idx) {
+          [](const nn::GPT& model, const py::object& idx) {
             const Tokens t = tokens(idx, "forward");
             py::gil_scoped_release release;
             return model.forward(t.ids, t.batch, t.seq);
@@ -140,7 +143,7 @@ void bind_nn(py::module_& m) {
           py::arg("idx"), "logits [B, T, V] of token ids [B, T]")
       .def(
           "loss",
-          [](const nn::GPT& model, const IntArray& inputs, const IntArray& targets) {
+          [](const nn::GPT& model, const py::object& inputs, const py::object& targets) {
             const Tokens in = tokens(inputs, "loss"), out = tokens(targets, "loss");
             if (in.batch != out.batch || in.seq != out.seq) {
               throw py::value_error("GPT.loss: targets must have the inputs' shape [" + std::to_string(in.batch) +

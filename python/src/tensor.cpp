@@ -4,6 +4,7 @@
 // one (tinyllm.tensor), as in torch.
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -18,7 +19,6 @@ namespace tinyllm::python {
 namespace {
 
 using Release = py::call_guard<py::gil_scoped_release>;
-using IntArray = py::array_t<int, py::array::c_style | py::array::forcecast>;
 
 py::tuple shape_tuple(const Shape& shape) {
   py::tuple out(shape.size());
@@ -75,6 +75,23 @@ std::span<double> float64_span(const py::array& a, const std::string& who) {
   }
   if (!a.writeable()) throw py::value_error(who + ": the array must be writable (got a read-only array)");
   return {static_cast<double*>(const_cast<void*>(a.data())), static_cast<std::size_t>(a.size())};
+}
+
+IntArray int_array(const py::object& ids, const std::string& who) {
+  py::array a = py::array::ensure(ids);
+  if (!a) throw py::type_error(who + ": token ids must be an integer array");
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u') {
+    throw py::value_error(who + ": token ids must be integers (got " + std::string(py::str(a.dtype())) + ")");
+  }
+  if (a.size() > 0 && !(kind == 'i' && a.itemsize() <= 4) && !(kind == 'u' && a.itemsize() < 4)) {
+    py::object lo = a.attr("min")(), hi = a.attr("max")();
+    if (lo < py::int_(INT_MIN) || hi > py::int_(INT_MAX)) {
+      throw py::value_error(who + ": token ids must fit in int32 (got values from " + std::string(py::str(lo)) +
+                            " to " + std::string(py::str(hi)) + ")");
+    }
+  }
+  return IntArray::ensure(a);
 }
 
 std::vector<Tensor> tensor_list(const py::iterable& items, const std::string& who) {
@@ -174,7 +191,8 @@ void bind_tensor(py::module_& m) {
   m.def("causal_attention", &causal_attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("n_head"), Release());
   m.def(
       "cross_entropy",
-      [](const Tensor& logits, const IntArray& targets) {
+      [](const Tensor& logits, const py::object& target_ids) {
+        const IntArray targets = int_array(target_ids, "cross_entropy");
         std::span<const int> ids(targets.data(), static_cast<std::size_t>(targets.size()));
         py::gil_scoped_release release;
         return cross_entropy(logits, ids);
@@ -182,7 +200,8 @@ void bind_tensor(py::module_& m) {
       py::arg("logits"), py::arg("targets"));
   m.def(
       "embedding",
-      [](const Tensor& weight, const IntArray& ids) {
+      [](const Tensor& weight, const py::object& token_ids) {
+        const IntArray ids = int_array(token_ids, "embedding");
         std::span<const int> span(ids.data(), static_cast<std::size_t>(ids.size()));
         const Shape shape = shape_of(ids);
         py::gil_scoped_release release;

@@ -98,3 +98,19 @@ def test_gpt_refuses_bad_shapes_and_configs():
 
 def test_tiny_net_has_44_parameters():
     assert TinyNet(1).num_parameters() == 44
+
+
+def test_token_ids_are_converted_from_any_integer_type_and_refused_otherwise():
+    model = nn.GPT(nn.GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    ids = np.arange(16).reshape(2, 8) % 16
+    expected = model.loss(ids.astype(np.int32), ids.astype(np.int32)).item()
+    for dtype in (np.int64, np.uint8, np.int16, np.uint64):
+        assert model.loss(ids.astype(dtype), ids.astype(dtype)).item() == expected
+    assert model.loss(ids.tolist(), ids.tolist()).item() == expected
+    assert model.loss(ids[:, ::-1].copy()[:, ::-1], ids).item() == expected  # a strided view, copied in order
+    with pytest.raises(ValueError, match=r"GPT.loss: token ids must be integers \(got float64\)"):
+        model.loss(ids.astype(np.float64), ids)
+    with pytest.raises(ValueError, match=r"must fit in int32 \(got values from 0 to 4294967311\)"):
+        model.loss(ids + np.int64(2**32) * (ids == 15), ids)
+    with pytest.raises(ValueError, match="embedding: token ids must be integers"):
+        tinyllm.embedding(tinyllm.tensor(np.ones((3, 2))), np.array([0.5]))
