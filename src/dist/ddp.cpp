@@ -4,6 +4,7 @@
 
 #include "flat.h"
 #include "grad_buckets.h"
+#include "tinyllm/tensor/deferred_init.h"
 
 namespace tinyllm::dist {
 
@@ -13,6 +14,7 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buc
   register_module("module", module_);
   params_ = module_->parameters();
   check_same_parameters(comm_, params_, "DDP", /*stage=*/0);
+  materialize(params_);  // a deferred model: every replica holds all of it anyway
   broadcast_params(comm_, params_);
   grads_ = std::make_unique<FlatGrads>(params_);
   buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, buckets, "DDP"), [this](const Bucket& b) {

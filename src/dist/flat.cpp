@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "fnv1a.h"
+#include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/storage.h"
 
 namespace tinyllm::dist {
@@ -146,7 +147,9 @@ std::size_t FlatGrads::held() const {
   return n;
 }
 
-FlatParams::FlatParams(std::vector<Tensor> params) : params_(std::move(params)), flat_(flat_length(params_)) {
+FlatParams::FlatParams(std::vector<Tensor> params) : params_(std::move(params)) {
+  if (std::any_of(params_.begin(), params_.end(), [](const Tensor& p) { return is_deferred(p); })) return;
+  flat_ = Storage(flat_length(params_));
   flatten_data(params_, flat_.span());
   view_values();
 }
@@ -168,6 +171,15 @@ void FlatParams::allocate() {
 void FlatParams::view_values() {
   for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
     p.impl().data = Storage::view(flat_.span().subspan(offset, p.numel()));
+  });
+}
+
+void init_chunk(const std::vector<Tensor>& params, std::size_t a, std::span<double> chunk) {
+  const std::size_t b = a + chunk.size();
+  for_each_segment(params, [&](const Tensor& p, std::size_t offset) {
+    const std::size_t first = std::max(a, offset), last = std::min(b, offset + p.numel());
+    if (first < last) initial_values(p, first - offset, chunk.subspan(first - a, last - first));
+    p.impl().deferred_init = nullptr;
   });
 }
 

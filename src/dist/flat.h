@@ -57,7 +57,8 @@ class FlatGrads {
 // the parameters. ZeRO stage 3 releases the vector between steps.
 class FlatParams {
  public:
-  // Copies the values into the vector and makes them views of it.
+  // Copies the values into the vector and makes them views of it. Deferred
+  // parameters (tensor/deferred_init.h) start released instead.
   explicit FlatParams(std::vector<Tensor> params);
   // Values still viewing the vector become the tensors' own copies.
   ~FlatParams();
@@ -92,6 +93,11 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
 // rank brings no gradient at all to a reduction (backward() never ran):
 // no parameter has a grad, and none was reduced during backward (`reduced`).
 void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who);
+
+// Elements [a, a + chunk.size()) of the flat vector of deferred
+// parameters, made from their recipes; the parameters then forget them and
+// stay released, as stage 3 keeps them between steps.
+void init_chunk(const std::vector<Tensor>& params, std::size_t a, std::span<double> chunk);
 
 // Copies the grads of params [first, last) end to end into flat (zeros
 // where a parameter has none) and drops them.

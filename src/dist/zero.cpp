@@ -11,6 +11,7 @@
 #include "flat.h"
 #include "grad_buckets.h"
 #include "tinyllm/optim/clip_grad.h"
+#include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/storage.h"
 
 namespace tinyllm::dist {
@@ -44,6 +45,20 @@ std::vector<std::pair<std::size_t, std::size_t>> unit_runs(const std::vector<Ten
   return runs;
 }
 
+// Whether the model was built deferred (tensor/deferred_init.h): all of
+// its parameters or none.
+bool deferred(const std::vector<Tensor>& params) {
+  const auto is = [](const Tensor& p) { return is_deferred(p); };
+  const auto first_deferred = std::find_if(params.begin(), params.end(), is);
+  const auto first_eager = std::find_if_not(params.begin(), params.end(), is);
+  if (first_deferred != params.end() && first_eager != params.end()) {
+    throw std::invalid_argument(fmt::format(
+        "ZeroOptimizer: the parameters must be all deferred or none (parameter {} is deferred, parameter {} is not)",
+        first_deferred - params.begin(), first_eager - params.begin()));
+  }
+  return first_deferred != params.end();
+}
+
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Tensor> params, Comm& comm, int stage,
@@ -61,6 +76,10 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
                     options.units.size(), stage_));
   }
   check_same_parameters(comm_, params_, "ZeroOptimizer", stage_);
+  // Stage 3 makes only its chunk of a deferred model; below it every rank
+  // holds all the parameters anyway.
+  const bool sharded_start = deferred(params_) && stage_ == 3;
+  if (!sharded_start) materialize(params_);
   n_ = flat_length(params_);
   std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
   const std::vector<std::pair<std::size_t, std::size_t>> units = unit_runs(params_, options.units);
@@ -70,13 +89,19 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   summed_.assign(params_.size(), 0);
 
   master_chunk_ = Tensor::empty({b_ - a_});
-  for (Group& group : groups_) {
-    comm_.broadcast(group.values->span(), 0);  // the replicas start equal, as under DDP
-    const std::size_t first = std::max(a_, group.begin), last = std::min(b_, group.end);
-    if (first < last) {
-      const std::span<const double> w = group.values->span();
-      std::copy(w.begin() + (first - group.begin), w.begin() + (last - group.begin),
-                master_chunk_.data().begin() + (first - a_));
+  if (sharded_start) {
+    // A deferred model's recipes are the same on every rank (one seed, one
+    // checkpoint), so each makes its own chunk and nothing is broadcast.
+    init_chunk(params_, a_, master_chunk_.data());
+  } else {
+    for (Group& group : groups_) {
+      comm_.broadcast(group.values->span(), 0);  // the replicas start equal, as under DDP
+      const std::size_t first = std::max(a_, group.begin), last = std::min(b_, group.end);
+      if (first < last) {
+        const std::span<const double> w = group.values->span();
+        std::copy(w.begin() + (first - group.begin), w.begin() + (last - group.begin),
+                  master_chunk_.data().begin() + (first - a_));
+      }
     }
   }
   inner_ = make_inner({master_chunk_});

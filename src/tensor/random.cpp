@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "tinyllm/tensor/deferred_init.h"
+
 namespace tinyllm {
 
 double Generator::uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
@@ -20,7 +22,26 @@ double Generator::normal(double mean, double std) {
   return mean + std * radius * std::cos(angle);
 }
 
+void Generator::skip_normals(std::size_t count) {
+  if (count == 0) return;
+  if (has_spare_) {
+    has_spare_ = false;
+    --count;
+  }
+  engine_.discard(2 * (count / 2));  // each pair of normals is two draws
+  if (count % 2 == 1) normal();      // and an odd one leaves its pair's spare
+}
+
 void normal_(const Tensor& t, Generator& gen, double mean, double std) {
+  if (is_deferred(t)) {
+    set_deferred_init(t, [start = gen, mean, std](std::size_t begin, std::span<double> out) {
+      Generator g = start;
+      g.skip_normals(begin);
+      for (double& x : out) x = g.normal(mean, std);
+    });
+    gen.skip_normals(t.numel());
+    return;
+  }
   for (double& x : t.data()) x = gen.normal(mean, std);
 }
 

@@ -3,6 +3,7 @@
 #include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -84,6 +85,17 @@ class BlockCache {
   std::size_t cached_ = 0;
 };
 
+// Owned bytes in use, and their high-water mark.
+std::atomic<std::size_t> allocated{0};
+std::atomic<std::size_t> max_allocated{0};
+
+void count_allocation(std::size_t bytes) {
+  const std::size_t now = allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::size_t high = max_allocated.load(std::memory_order_relaxed);
+  while (now > high && !max_allocated.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+  }
+}
+
 BlockCache& cache() {
   static BlockCache* instance = new BlockCache();  // outlives every static Storage
   return *instance;
@@ -100,6 +112,7 @@ Storage::Storage(std::size_t size) : size_(size) {
     data_ = static_cast<double*>(std::malloc(bytes));
     if (data_ == nullptr) throw std::bad_alloc();
   }
+  count_allocation(bytes);
 }
 
 Storage Storage::view(std::span<double> memory) {
@@ -113,6 +126,7 @@ Storage Storage::view(std::span<double> memory) {
 Storage::~Storage() {
   if (data_ == nullptr || !owned_) return;
   const std::size_t bytes = size_ * sizeof(double);
+  allocated.fetch_sub(bytes, std::memory_order_relaxed);
   if (bytes >= kCachedFrom) {
     cache().give(data_, bytes);
   } else {
@@ -138,5 +152,11 @@ Storage& Storage::operator=(Storage&& other) noexcept {
 std::size_t empty_cache() { return cache().clear(); }
 
 std::size_t cached_bytes() { return cache().cached(); }
+
+std::size_t allocated_bytes() { return allocated.load(std::memory_order_relaxed); }
+
+std::size_t max_allocated_bytes() { return max_allocated.load(std::memory_order_relaxed); }
+
+void reset_max_allocated_bytes() { max_allocated.store(allocated_bytes(), std::memory_order_relaxed); }
 
 }  // namespace tinyllm

@@ -8,6 +8,7 @@
 
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/check.h"
+#include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/ops.h"
 
 namespace tinyllm {
@@ -24,7 +25,13 @@ Tensor Tensor::empty(Shape shape) {
   auto impl = std::make_shared<TensorImpl>();
   impl->numel = numel_of(shape);
   impl->shape = std::move(shape);
-  impl->data = Storage(impl->numel);
+  if (deferred_init_enabled()) {
+    impl->deferred_init = [](std::size_t, std::span<double>) {
+      throw std::logic_error("Tensor: a deferred Tensor::empty has no values to make (fill it with normal_ or full)");
+    };
+  } else {
+    impl->data = Storage(impl->numel);
+  }
   return Tensor(std::move(impl));
 }
 
@@ -34,14 +41,24 @@ Tensor Tensor::from(std::vector<double> values, Shape shape, bool requires_grad)
                                             to_string(shape), numel_of(shape)));
   }
   Tensor t = empty(std::move(shape));
-  std::copy(values.begin(), values.end(), t.data().begin());
+  if (is_deferred(t)) {
+    set_deferred_init(t, [values = std::move(values)](std::size_t begin, std::span<double> out) {
+      std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(begin), out.size(), out.begin());
+    });
+  } else {
+    std::copy(values.begin(), values.end(), t.data().begin());
+  }
   t.impl_->requires_grad = requires_grad;
   return t;
 }
 
 Tensor Tensor::full(Shape shape, double value, bool requires_grad) {
   Tensor t = empty(std::move(shape));
-  std::fill(t.data().begin(), t.data().end(), value);
+  if (is_deferred(t)) {
+    set_deferred_init(t, [value](std::size_t, std::span<double> out) { std::fill(out.begin(), out.end(), value); });
+  } else {
+    std::fill(t.data().begin(), t.data().end(), value);
+  }
   t.impl_->requires_grad = requires_grad;
   return t;
 }
@@ -71,6 +88,12 @@ std::size_t Tensor::size(int dim) const {
 
 std::span<double> Tensor::data() const {
   const TensorImpl& self = impl();
+  if (self.data.size() != self.numel && self.deferred_init) {
+    throw std::invalid_argument(
+        fmt::format("Tensor: the values of this {} tensor are deferred (built under a DeferredInitGuard): call "
+                    "materialize() or hand it to a ZeroOptimizer at stage 3",
+                    to_string(self.shape)));
+  }
   if (self.data.size() != self.numel) {
     throw std::invalid_argument(
         fmt::format("Tensor: the values of this {} tensor are released (a ZeRO stage-3 parameter between steps: call "

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "tinyllm/tensor/deferred_init.h"
+
 namespace tinyllm::train {
 namespace {
 
@@ -124,7 +126,12 @@ void load_model(const SafetensorsFile& file, const nn::GPT& model) {
   }
   std::size_t offset = 0;
   for (const Tensor& p : model.parameters()) {
-    file.read(offset, p.data());
+    if (is_deferred(p)) {
+      // Stage 3 then reads its own chunk's ranges, never the whole model.
+      set_deferred_init(p, [&file, offset](std::size_t begin, std::span<double> out) { file.read(offset + begin, out); });
+    } else {
+      file.read(offset, p.data());
+    }
     offset += p.numel();
   }
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/metrics.h"
@@ -210,7 +211,14 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
               SummarySink& sink) {
   const int p = comm.size(), r = comm.rank();
   check_batch(o.batch, p, o.grad_accum);  // under mpi, the world is known only now
-  auto model = std::make_shared<nn::GPT>(o.model, o.seed);
+  std::shared_ptr<nn::GPT> model;
+  {
+    // Stage 3 builds the model's shapes only: each rank then makes (or
+    // reads) just its own chunk, and no rank ever holds the whole model.
+    std::optional<DeferredInitGuard> deferred;
+    if (o.zero == 3) deferred.emplace();
+    model = std::make_shared<nn::GPT>(o.model, o.seed);
+  }
   std::size_t start = 0;
   std::optional<SafetensorsFile> from;
   if (!o.resume.empty() || !o.init.empty()) {

@@ -2,8 +2,10 @@
 #include <tinyllm/nn/gpt.h>
 #include <tinyllm/optim/adamw.h>
 #include <tinyllm/tensor/autograd.h>
+#include <tinyllm/tensor/deferred_init.h>
 
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "support/expect_throw.h"
@@ -219,6 +221,36 @@ TEST(GPTTest, RejectsBadConfigurationAndInput) {
   EXPECT_THROW_WITH(model.forward(five, 1, 4), std::invalid_argument, "5 token ids do not fill a batch of [1, 4]");
   const std::vector<int> bad = {1, 2, 10, 3};
   EXPECT_THROW_WITH(model.forward(bad, 1, 4), std::invalid_argument, "token id 10");
+}
+
+// A GPT built deferred makes, for any range of any parameter, the values
+// of an eager build with the same seed: what lets ZeRO stage 3 initialise
+// only its own chunk.
+TEST(GPTTest, ADeferredBuildMakesTheEagerValuesOfAnyRange) {
+  const GPTConfig config{.vocab_size = 32, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 8};
+  GPT eager(config, 5);
+  std::unique_ptr<GPT> deferred;
+  {
+    DeferredInitGuard guard;
+    deferred = std::make_unique<GPT>(config, 5);
+  }
+  const std::vector<Tensor> want = eager.parameters(), got = deferred->parameters();
+  ASSERT_EQ(want.size(), got.size());
+  std::size_t state = 1;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(is_deferred(got[i])) << "parameter " << i;
+    EXPECT_TRUE(got[i].requires_grad());
+    const std::size_t n = want[i].numel();
+    for (int trial = 0; trial < 4; ++trial) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      const std::size_t begin = (state >> 33) % n, count = 1 + (state >> 13) % (n - begin);
+      std::vector<double> values(count);
+      initial_values(got[i], begin, values);
+      for (std::size_t k = 0; k < count; ++k) {
+        ASSERT_EQ(values[k], want[i].data()[begin + k]) << "parameter " << i << ", element " << begin + k;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <tinyllm/tensor/deferred_init.h>
 #include <tinyllm/train/checkpoint.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -103,6 +105,30 @@ TEST(CheckpointTest, ResumesAtAnyWorldAndStage) {
       train(o);
       EXPECT_LE(max_diff(testing::read_all(checkpoint_path(o.save_dir, 6)), expected), 1e-10);
     }
+  }
+}
+
+// A deferred model reads a checkpoint range by range, as stage 3 needs for
+// its chunk, and gets the values an eager load gets.
+TEST(CheckpointTest, ADeferredModelReadsAnyRangeOfTheCheckpoint) {
+  const testing::ScratchDir dir("tinyllm-ckpt-deferred");
+  const TrainOptions o = saving_run(dir, "a", 2, 1);
+  const SafetensorsFile file = SafetensorsFile::open(train(o).last_checkpoint);
+  nn::GPT eager(o.model, 1);
+  load_model(file, eager);
+  std::unique_ptr<nn::GPT> deferred;
+  {
+    DeferredInitGuard guard;
+    deferred = std::make_unique<nn::GPT>(o.model, 1);
+  }
+  load_model(file, *deferred);
+  const std::vector<Tensor> want = eager.parameters(), got = deferred->parameters();
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const std::size_t n = want[i].numel(), begin = n / 3, count = n - begin - n / 5;
+    std::vector<double> values(count);
+    initial_values(got[i], begin, values);
+    const std::span<const double> w = want[i].data().subspan(begin, count);
+    EXPECT_TRUE(std::equal(values.begin(), values.end(), w.begin())) << "parameter " << i;
   }
 }
 

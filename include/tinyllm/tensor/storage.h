@@ -42,5 +42,11 @@ class Storage {
 std::size_t empty_cache();
 // Bytes held in the cache, not in use by any Storage.
 std::size_t cached_bytes();
+// Bytes of every owned Storage alive in this process now, and the most since
+// the start or the last reset (torch.cuda.memory_allocated's counterparts):
+// what a rank really holds, beside the bookkeeping of memory_bytes().
+std::size_t allocated_bytes();
+std::size_t max_allocated_bytes();
+void reset_max_allocated_bytes();
 
 }  // namespace tinyllm

@@ -40,6 +40,9 @@ struct TensorImpl {
   // A leaf's post-accumulate-grad hooks, or a non-leaf's grad hooks (see
   // Tensor::register_hook); null until the first is registered.
   std::shared_ptr<HookList<TensorHook>> hooks;
+  // Set while the values are deferred (tensor/deferred_init.h): writes
+  // elements [begin, begin + out.size()) of the values this tensor would have.
+  std::function<void(std::size_t begin, std::span<double> out)> deferred_init;
 };
 
 class Tensor {

@@ -48,6 +48,9 @@ void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& r
 CheckpointInfo read_checkpoint_info(const SafetensorsFile& file);
 // Copies the checkpoint's parameters into the model after checking that
 // its tensors are exactly checkpoint_tensors(model): names, order, shapes.
+// A deferred model (tensor/deferred_init.h) instead gets recipes that read
+// the file range by range when its values are made, so the file must stay
+// open until then (a stage-3 ZeroOptimizer makes them as it is built).
 void load_model(const SafetensorsFile& file, const nn::GPT& model);
 
 // The largest |a − b| in each region of two checkpoints of the same model
