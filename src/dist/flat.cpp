@@ -183,6 +183,29 @@ void init_chunk(const std::vector<Tensor>& params, std::size_t a, std::span<doub
   });
 }
 
+void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char* who) {
+  std::uint64_t h = kFnv1aBasis;
+  for (const Tensor& p : params) {
+    if (p.numel() == 0) continue;
+    double first = 0;
+    initial_values(p, 0, std::span(&first, 1));
+    h = fnv1a(std::as_bytes(std::span(&first, 1)), h);
+  }
+  // In two exact 32-bit halves, as doubles travel.
+  const double mine[2] = {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffu)};
+  std::vector<double> all(2 * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(mine, all);
+  for (int q = 1; q < comm.size(); ++q) {
+    const std::size_t at = 2 * static_cast<std::size_t>(q);
+    if (all[at] != all[0] || all[at + 1] != all[1]) {
+      throw std::invalid_argument(
+          fmt::format("{}: {}: the deferred model of rank {} starts from other values than rank 0's (built with "
+                      "another seed, or read from another checkpoint?)",
+                      comm.who(), who, q));
+    }
+  }
+}
+
 void take_grads(const std::vector<Tensor>& params, std::size_t first, std::size_t last, std::span<double> flat) {
   std::size_t offset = 0;
   for (std::size_t i = first; i < last; ++i) {

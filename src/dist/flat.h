@@ -94,6 +94,11 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
 // no parameter has a grad, and none was reduced during backward (`reduced`).
 void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who);
 
+// What stands in for the initial broadcast when the ranks make their own
+// chunks of a deferred model: their recipes must give the same values (one
+// seed, one checkpoint), compared by the first value of every parameter.
+void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char* who);
+
 // Elements [a, a + chunk.size()) of the flat vector of deferred
 // parameters, made from their recipes; the parameters then forget them and
 // stay released, as stage 3 keeps them between steps.

@@ -92,6 +92,7 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   if (sharded_start) {
     // A deferred model's recipes are the same on every rank (one seed, one
     // checkpoint), so each makes its own chunk and nothing is broadcast.
+    check_same_start(comm_, params_, "ZeroOptimizer");
     init_chunk(params_, a_, master_chunk_.data());
   } else {
     for (Group& group : groups_) {

@@ -113,6 +113,20 @@ TEST(ShardedStartThreadsTest, DdpMakesADeferredModelWhole) {
   });
 }
 
+// The initial broadcast's pitfall, for the sharded start: replicas built
+// with different seeds are refused instead of mixing their chunks.
+TEST(ShardedStartThreadsTest, ReplicasOfDifferentSeedsAreRefused) {
+  run_ranks(Backend::Threads, 3, [](Comm& comm) {
+    std::shared_ptr<nn::GPT> model;
+    {
+      DeferredInitGuard guard;
+      model = std::make_shared<nn::GPT>(kSmall, comm.rank() == 2 ? 8 : 9);
+    }
+    EXPECT_THROW_WITH(ZeroOptimizer(optim::AdamW::factory({}), model->parameters(), comm, 3), std::invalid_argument,
+                      "the deferred model of rank 2 starts from other values than rank 0's");
+  });
+}
+
 TEST(ShardedStartThreadsTest, AModelPartlyDeferredIsRefusedByIndex) {
   run_ranks(Backend::Threads, 2, [](Comm& comm) {
     auto model = build(kSmall, true);
