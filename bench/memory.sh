@@ -131,7 +131,7 @@ for l in range(L):
     op(p + "h", N * C, [x, p + "attn.c_proj"])
     op(p + "ln_2", N * C, [p + "h"], [N, N])
     op(p + "c_fc", 4 * N * C, [p + "ln_2"])
-    op(p + "gelu", 4 * N * C, [p + "c_fc"], [4 * N * C])
+    op(p + "gelu", 4 * N * C, [p + "c_fc"])
     op(p + "mlp.c_proj", N * C, [p + "gelu"])
     op(p + "out", N * C, [p + "h", p + "mlp.c_proj"])
     x = p + "out"
