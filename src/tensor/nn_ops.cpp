@@ -245,8 +245,8 @@ TINYLLM_CLONES void exp_shifted(const double* __restrict row, double shift, doub
 }
 
 // drow[v] += exp(row[v] − shift) · scale
-TINYLLM_CLONES void add_exp_shifted(const double* __restrict row, double shift, double scale,
-                                        double* __restrict drow, std::size_t n) {
+TINYLLM_CLONES void add_exp_shifted(const double* __restrict row, double shift, double scale, double* __restrict drow,
+                                    std::size_t n) {
   for (std::size_t v = 0; v < n; ++v) drow[v] += vexp(row[v] - shift) * scale;
 }
 }  // namespace

@@ -128,7 +128,8 @@ void load_model(const SafetensorsFile& file, const nn::GPT& model) {
   for (const Tensor& p : model.parameters()) {
     if (is_deferred(p)) {
       // Stage 3 then reads its own chunk's ranges, never the whole model.
-      set_deferred_init(p, [&file, offset](std::size_t begin, std::span<double> out) { file.read(offset + begin, out); });
+      set_deferred_init(p,
+                        [&file, offset](std::size_t begin, std::span<double> out) { file.read(offset + begin, out); });
     } else {
       file.read(offset, p.data());
     }

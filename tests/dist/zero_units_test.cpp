@@ -3,14 +3,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
 #include "tinyllm/dist/zero.h"
 #include "tinyllm/nn/gpt.h"
+#include "tinyllm/nn/linear.h"
 #include "tinyllm/optim/adamw.h"
+#include "tinyllm/tensor/ops.h"
+#include "tinyllm/tensor/random.h"
 #include "zero_testing.h"
 
 namespace tinyllm::testing {
@@ -72,6 +77,67 @@ TEST(ZeroUnitsTest, BlockByBlockMatchesOneProcessAndNeverHoldsTheWholeModel) {
       comm.all_gather(zo.master_chunk().data(), got);
       for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << "value " << i;
     });
+  }
+}
+
+// Four Linear layers as units, called in an order of the test's choosing:
+// out of order, skipping one, one twice.
+struct Layers : nn::Module {
+  Layers() {
+    Generator gen(5);
+    for (int i = 0; i < 4; ++i)
+      layers.push_back(register_module(std::to_string(i), std::make_shared<nn::Linear>(3, 3, gen)));
+  }
+  Tensor forward(const Tensor& x, const std::vector<int>& order) const {
+    Tensor y = x;
+    for (int i : order) y = gelu(layers[static_cast<std::size_t>(i)]->forward(y));
+    return y;
+  }
+  std::vector<std::shared_ptr<nn::Linear>> layers;
+};
+
+Tensor rows(int step, std::size_t first, std::size_t count) {
+  std::vector<double> values;
+  for (std::size_t i = first * 3; i < (first + count) * 3; ++i)
+    values.push_back(std::sin(0.7 * static_cast<double>(i + 5 * step)));
+  return Tensor::from(values, {count, 3});
+}
+
+// Gathering on demand makes any call order correct: a unit is gathered in
+// its own pre-forward hook and again when backward reaches its output, so
+// neither the order of the units list nor prefetching decides what is held.
+TEST(ZeroUnitsTest, UnitsCalledOutOfOrderSkippedOrTwiceTrainAsOneProcess) {
+  for (const std::vector<int>& order : {std::vector<int>{2, 0, 3}, std::vector<int>{0, 1, 0, 3, 2}}) {
+    for (int prefetch : {0, 1}) {
+      SCOPED_TRACE(::testing::Message() << "prefetch " << prefetch << ", " << order.size() << " calls");
+      Layers alone;
+      // No decay: a skipped layer has no gradient, which one process skips and
+      // a chunk sees as zeros; with a zero gradient and no decay AdamW leaves it.
+      optim::AdamW reference(alone.parameters(), {.lr = 1e-2, .weight_decay = 0});
+      for (int step = 0; step < 3; ++step) {
+        reference.zero_grad();
+        mean(alone.forward(rows(step, 0, 4), order)).backward();
+        reference.step();
+      }
+      const std::vector<double> want = flat_values(alone.parameters());
+      dist::run_threads(2, [&](Comm& comm) {
+        auto model = std::make_shared<Layers>();
+        ZeroOptions options;
+        for (const auto& layer : model->layers) options.units.push_back(layer);
+        options.prefetch = prefetch;
+        ZeroOptimizer zo(optim::AdamW::factory({.lr = 1e-2, .weight_decay = 0}), model->parameters(), comm, 3, options);
+        for (int step = 0; step < 3; ++step) {
+          zo.gather();
+          zo.zero_grad();
+          // Each rank's mean over its 2 rows; the ranks' average is the mean over 4.
+          mean(model->forward(rows(step, 2 * static_cast<std::size_t>(comm.rank()), 2), order)).backward();
+          zo.step();
+        }
+        std::vector<double> got(want.size());
+        comm.all_gather(zo.master_chunk().data(), got);
+        for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << "value " << i;
+      });
+    }
   }
 }
 

@@ -28,7 +28,8 @@ TEST(DeferredInitTest, SkippingNormalsLeavesTheGeneratorAsDrawingThem) {
       for (int i = 0; i < spare; ++i) drawn.normal(), skipped.normal();  // a pair's spare left waiting
       for (std::size_t i = 0; i < count; ++i) drawn.normal();
       skipped.skip_normals(count);
-      for (int i = 0; i < 3; ++i) EXPECT_EQ(drawn.normal(), skipped.normal()) << "spare " << spare << ", count " << count;
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(drawn.normal(), skipped.normal()) << "spare " << spare << ", count " << count;
     }
   }
 }
