@@ -76,10 +76,10 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
                     options.units.size(), stage_));
   }
   check_same_parameters(comm_, params_, "ZeroOptimizer", stage_);
-  // Stage 3 makes only its chunk of a deferred model; below it every rank
-  // holds all the parameters anyway.
-  const bool sharded_start = deferred(params_) && stage_ == 3;
-  if (!sharded_start) materialize(params_);
+  // A deferred model is made chunk by chunk: stage 3 keeps only its chunk,
+  // and stages 1 and 2 all-gather the chunks straight into the flat vectors,
+  // so that no rank holds the parameters twice while it builds.
+  const bool sharded_start = deferred(params_);
   n_ = flat_length(params_);
   std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
   const std::vector<std::pair<std::size_t, std::size_t>> units = unit_runs(params_, options.units);
@@ -110,6 +110,11 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   if (stage_ == 3) {
     for (std::size_t g = 0; g < groups_.size(); ++g) release_group(g);
     hook_units(options.units);
+  } else if (sharded_start) {
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      groups_[g].gathered = false;  // FlatParams of deferred parameters start released
+      gather_group(g);
+    }
   }
   peak_ = memory_bytes();
 }

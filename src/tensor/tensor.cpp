@@ -91,7 +91,7 @@ std::span<double> Tensor::data() const {
   if (self.data.size() != self.numel && self.deferred_init) {
     throw std::invalid_argument(
         fmt::format("Tensor: the values of this {} tensor are deferred (built under a DeferredInitGuard): call "
-                    "materialize() or hand it to a ZeroOptimizer at stage 3",
+                    "materialize() or hand it to a ZeroOptimizer",
                     to_string(self.shape)));
   }
   if (self.data.size() != self.numel) {

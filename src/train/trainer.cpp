@@ -213,10 +213,11 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
   check_batch(o.batch, p, o.grad_accum);  // under mpi, the world is known only now
   std::shared_ptr<nn::GPT> model;
   {
-    // Stage 3 builds the model's shapes only: each rank then makes (or
-    // reads) just its own chunk, and no rank ever holds the whole model.
+    // ZeRO builds the model's shapes only: each rank then makes (or reads)
+    // just its own chunk, so that stage 3 never holds the whole model and
+    // stages 1 and 2 never hold it twice.
     std::optional<DeferredInitGuard> deferred;
-    if (o.zero == 3) deferred.emplace();
+    if (o.zero > 0) deferred.emplace();
     model = std::make_shared<nn::GPT>(o.model, o.seed);
   }
   std::size_t start = 0;

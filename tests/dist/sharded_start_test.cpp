@@ -79,24 +79,30 @@ TEST_P(ShardedStartTest, EveryStageTrainsADeferredModelAsAnEagerOne) {
 }
 
 // Each rank of 4 (a process of its own, so the count is its own) holds at
-// most a little more than its quarter while it builds, where an eager build
-// holds the whole model: the check fails without the sharded start.
-TEST(ShardedStartProcsTest, NoRankHoldsTheWholeModelWhileItBuilds) {
+// most a little more than its quarter while it builds at stage 3, and the
+// parameters once at stage 2, where an eager build holds the whole model,
+// and at stage 2 twice: the checks fail without the sharded start.
+TEST(ShardedStartProcsTest, NoRankHoldsMoreThanItsStageWhileItBuilds) {
   const nn::GPTConfig config{.vocab_size = 64, .block_size = 16, .n_layer = 4, .n_head = 4, .n_embd = 64};
   const std::size_t model_bytes = config.num_parameters() * sizeof(double);
   run_ranks(Backend::Procs, 4, [&](Comm& comm) {
-    for (bool deferred : {true, false}) {
-      comm.barrier();
-      reset_max_allocated_bytes();
-      const std::size_t before = allocated_bytes();
-      auto model = build(config, deferred);
-      ZeroOptimizer zo(optim::AdamW::factory({}), model->parameters(), comm, 3, blocks_of(*model));
-      const std::size_t peak = max_allocated_bytes() - before;
-      if (deferred) {
-        EXPECT_LE(peak, model_bytes * 3 / 10) << "a quarter of " << model_bytes << " bytes, and a little";
-        EXPECT_GE(peak, zo.master_chunk().numel() * sizeof(double));
-      } else {
-        EXPECT_GE(peak, model_bytes);  // what the sharded start saves
+    for (int stage : {2, 3}) {
+      for (bool deferred : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "stage " << stage << (deferred ? ", deferred" : ", eager"));
+        comm.barrier();
+        reset_max_allocated_bytes();
+        const std::size_t before = allocated_bytes();
+        auto model = build(config, deferred);
+        ZeroOptimizer zo(optim::AdamW::factory({}), model->parameters(), comm, stage,
+                         stage == 3 ? blocks_of(*model) : dist::ZeroOptions{});
+        const std::size_t peak = max_allocated_bytes() - before;
+        const std::size_t held = stage == 3 ? 0 : model_bytes;  // the parameters, for the step
+        if (deferred) {
+          EXPECT_LE(peak, held + model_bytes * 3 / 10) << "a quarter of " << model_bytes << " bytes, and a little";
+          EXPECT_GE(peak, held + zo.master_chunk().numel() * sizeof(double));
+        } else {
+          EXPECT_GE(peak, held + model_bytes);  // what the sharded start saves
+        }
       }
     }
   });

@@ -2,8 +2,9 @@
 // deferred_init do it: a model built under a DeferredInitGuard gets its
 // shapes but no values, and each tensor remembers how its values are made
 // (normal_ from a snapshot of the generator, full, a checkpoint's range).
-// ZeRO stage 3 then makes only its own chunk of every parameter, bit for bit
-// the values of an eager build, and no rank ever holds the whole model.
+// ZeroOptimizer then makes only its own chunk of every parameter, bit for
+// bit the values of an eager build: at stage 3 no rank ever holds the whole
+// model, and at stages 1 and 2 none holds it twice while it builds.
 #pragma once
 
 #include <cstddef>
