@@ -160,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, OverlapTest, ::testing::ValuesIn(overlap_cases()
 // Rank 0's reduction of fc2 cannot finish before rank 1 joins it, so rank
 // 0 gets past the point only if the reduction runs on another thread while
 // its backward goes on.
-bool passes_bucket_0_before_peer_starts(Mode mode, bool overlap) {
+bool passes_while_peer_waits(Mode mode, bool overlap) {
   std::atomic<bool> passed{false}, seen{false};
   dist::run_threads(2, [&](Comm& comm) {
     auto net = std::make_shared<TinyNet>(7);
@@ -207,11 +207,70 @@ bool passes_bucket_0_before_peer_starts(Mode mode, bool overlap) {
 TEST(OverlapInFlightTest, ABucketsCollectiveRunsWhileBackwardGoesOn) {
   for (Mode mode : {Mode::Ddp, Mode::Zero2, Mode::Zero3}) {
     SCOPED_TRACE(mode_name(mode));
-    EXPECT_TRUE(passes_bucket_0_before_peer_starts(mode, true));
+    EXPECT_TRUE(passes_while_peer_waits(mode, true));
     // The control: synchronous, rank 0 waits in its first collective.
-    EXPECT_FALSE(passes_bucket_0_before_peer_starts(mode, false));
+    EXPECT_FALSE(passes_while_peer_waits(mode, false));
   }
 }
+
+// Rank 1 throws inside its backward, once fc2's buckets are issued. Its
+// stream drops what it had queued, and the others' collectives on their
+// streams fail at once with its message, far within the 30 s timeout.
+class OverlapFailureTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(OverlapFailureTest, ARankThatThrowsMidBackwardFailsTheOthersFast) {
+  for (Mode mode : {Mode::Ddp, Mode::Zero2, Mode::Zero3}) {
+    SCOPED_TRACE(mode_name(mode));
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW_WITH(
+        run_ranks(
+            GetParam(), 3,
+            [&](Comm& comm) {
+              auto net = std::make_shared<TinyNet>(7);
+              const dist::BucketOptions buckets{.bucket_bytes = 8, .first_bucket_bytes = 8, .overlap = true};
+              std::unique_ptr<dist::DDP> ddp;
+              std::unique_ptr<dist::ZeroOptimizer> zo;
+              if (mode == Mode::Ddp) {
+                ddp = std::make_unique<dist::DDP>(net, comm, buckets);
+              } else {
+                dist::ZeroOptions options;
+                options.buckets = buckets;
+                if (mode == Mode::Zero3) options.units = {net->fc1, net->fc2};
+                zo = std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory({}), net->parameters(), comm,
+                                                           static_cast<int>(mode), options);
+                zo->gather();
+                zo->zero_grad();
+              }
+              RemovableHandle point = net->fc1->register_forward_hook([&comm](const nn::Module&, const Tensor& out) {
+                out.register_hook([&comm](const Tensor&) {
+                  if (comm.rank() == 1) throw std::runtime_error("backward failed on purpose");
+                });
+              });
+              try {
+                tiny_loss(*net, 0, 4 * static_cast<std::size_t>(comm.rank()), 4).backward();
+                if (ddp) {
+                  ddp->sync_grads();
+                } else {
+                  zo->step();
+                }
+              } catch (const dist::CommError& error) {
+                EXPECT_NE(std::string(error.what()).find("aborted: rank 1 failed: backward failed on purpose"),
+                          std::string::npos)
+                    << error.what();
+                throw;
+              }
+              ADD_FAILURE() << "rank " << comm.rank() << " finished its step";
+            },
+            {.timeout = std::chrono::seconds(30)}),
+        std::runtime_error, "rank 1: backward failed on purpose");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OverlapFailureTest, ::testing::Values(Backend::Threads, Backend::Procs),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           return info.param == Backend::Threads ? std::string("Threads") : std::string("Procs");
+                         });
 
 }  // namespace
 }  // namespace tinyllm::testing
