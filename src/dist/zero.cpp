@@ -88,7 +88,7 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, options.buckets, "ZeroOptimizer", units),
                                            *stream_, [this](const Bucket& bucket) { reduce_bucket(bucket); });
   // A second slot lets the next bucket be taken while one is reduced.
-  slots_.resize(stream_->overlapping() ? 2 : 1);
+  slots_.resize(stream_->overlapping() ? std::min<std::size_t>(2, buckets_->buckets().size()) : 1);
   make_groups(units);
   summed_.assign(params_.size(), 0);
 
