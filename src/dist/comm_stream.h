@@ -1,7 +1,7 @@
 // CommStream: one rank's collectives, run in order on a thread of their own
 // while the caller goes on computing, as PyTorch's DDP and FSDP run theirs on
-// a communication stream (Li et al., PyTorch Distributed, VLDB 2020,
-// section 3.2.3; Zhao et al., PyTorch FSDP, VLDB 2023, section 3.3). Tasks
+// a communication stream (Li et al., PyTorch Distributed, VLDB 2020; Zhao
+// et al., PyTorch FSDP, VLDB 2023). Tasks
 // run one at a time in the order enqueued, so every rank still issues the
 // same collectives in the same order as without it, and the results and
 // traffic are the same bits and bytes. Not installed: DDP and ZeroOptimizer
