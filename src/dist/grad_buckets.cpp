@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tinyllm/tensor/autograd.h"
+
 namespace tinyllm::dist {
 
 std::vector<Bucket> make_buckets(std::span<const std::size_t> numels, const BucketOptions& options, const char* who,
@@ -47,8 +49,8 @@ std::vector<Bucket> make_buckets(const std::vector<Tensor>& params, const Bucket
   return make_buckets(numels, options, who, whole);
 }
 
-GradBuckets::GradBuckets(std::vector<Tensor> params, std::vector<Bucket> buckets, Reduce reduce)
-    : params_(std::move(params)), reduce_(std::move(reduce)), buckets_(std::move(buckets)) {
+GradBuckets::GradBuckets(std::vector<Tensor> params, std::vector<Bucket> buckets, CommStream& stream, Reduce reduce)
+    : params_(std::move(params)), stream_(stream), reduce_(std::move(reduce)), buckets_(std::move(buckets)) {
   bucket_of_.resize(params_.size());
   pending_.resize(buckets_.size());
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
@@ -82,16 +84,19 @@ void GradBuckets::on_grad_ready(std::size_t param) {
 }
 
 void GradBuckets::reduce_ready_in_order() {
+  const std::size_t first = next_;
   while (next_ < buckets_.size() && pending_[next_] == 0) {
     reduce_(buckets_[next_]);
     reduced_[next_++] = 1;
   }
+  if (next_ > first && stream_.overlapping()) autograd::queue_callback([this] { stream_.synchronize(); });
 }
 
 void GradBuckets::flush() {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (!reduced_[b]) reduce_(buckets_[b]);
   }
+  stream_.synchronize();
   clear();
 }
 

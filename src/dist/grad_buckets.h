@@ -13,6 +13,11 @@
 // again, which is still the mean of every rank's total). Inside no_sync()
 // the hooks only note that a bucket changed; its gradients accumulate
 // locally until a later backward or flush() reduces them.
+//
+// "Reduce" may only enqueue its collective on the owner's CommStream. A
+// backward that enqueued any then waits for them as its last act (PyTorch's
+// reducer finalises the same way), so the next backward never adds into a
+// gradient a collective still reads; flush() waits likewise.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm_stream.h"
 #include "tinyllm/dist/buckets.h"
 #include "tinyllm/tensor/hooks.h"
 #include "tinyllm/tensor/tensor.h"
@@ -34,7 +40,7 @@ class GradBuckets {
  public:
   using Reduce = std::function<void(const Bucket&)>;
 
-  GradBuckets(std::vector<Tensor> params, std::vector<Bucket> buckets, Reduce reduce);
+  GradBuckets(std::vector<Tensor> params, std::vector<Bucket> buckets, CommStream& stream, Reduce reduce);
   ~GradBuckets();  // removes the hooks
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -56,6 +62,7 @@ class GradBuckets {
   void reduce_ready_in_order();
 
   std::vector<Tensor> params_;
+  CommStream& stream_;
   Reduce reduce_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // by parameter

@@ -69,7 +69,7 @@ MpiSession::MpiSession(int* argc, char*** argv) : unwinding_(std::uncaught_excep
   MPI_Initialized(&initialized);
   if (initialized) return;
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
     throw CommError("MpiSession: MPI_Init_thread failed");
   }
   owns_ = true;
@@ -99,6 +99,9 @@ MpiComm::MpiComm(MPI_Comm comm, CommOptions options, std::size_t max_count) : op
   }
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  serialized_ = level >= MPI_THREAD_SERIALIZED;
 
   // A timed-out MPI_Comm_idup may still complete later and write its handle,
   // so it writes into storage that outlives this constructor's failure.

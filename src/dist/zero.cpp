@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "comm_stream.h"
 #include "flat.h"
 #include "grad_buckets.h"
 #include "tinyllm/optim/clip_grad.h"
@@ -83,8 +84,11 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   n_ = flat_length(params_);
   std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
   const std::vector<std::pair<std::size_t, std::size_t>> units = unit_runs(params_, options.units);
+  stream_ = std::make_unique<CommStream>(comm_, options.buckets.overlap);
   buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, options.buckets, "ZeroOptimizer", units),
-                                           [this](const Bucket& bucket) { reduce_bucket(bucket); });
+                                           *stream_, [this](const Bucket& bucket) { reduce_bucket(bucket); });
+  // A second slot lets the next bucket be taken while one is reduced.
+  slots_.resize(stream_->overlapping() ? std::min<std::size_t>(2, buckets_->buckets().size()) : 1);
   make_groups(units);
   summed_.assign(params_.size(), 0);
 
@@ -123,6 +127,8 @@ ZeroOptimizer::~ZeroOptimizer() {
   for (RemovableHandle& hook : unit_hooks_) hook.remove();
 }
 
+bool ZeroOptimizer::overlapping() const { return stream_->overlapping(); }
+
 // One group per unit and per run of parameters between them (without
 // units, one group of every parameter).
 void ZeroOptimizer::make_groups(const std::vector<std::pair<std::size_t, std::size_t>>& units) {
@@ -159,12 +165,15 @@ void ZeroOptimizer::hook_units(const std::vector<std::shared_ptr<nn::Module>>& u
   }
 }
 
+// The unit's own gather first, then the prefetched ones, which run on the
+// stream while the unit computes.
 void ZeroOptimizer::gather_with_prefetch(std::size_t unit, int direction) {
   for (int k = 0; k <= prefetch_; ++k) {
     const long u = static_cast<long>(unit) + direction * k;
     if (u < 0 || u >= static_cast<long>(unit_groups_.size())) break;
     gather_group(unit_groups_[static_cast<std::size_t>(u)]);
   }
+  stream_->wait(groups_[unit_groups_[unit]].filled);
 }
 
 void ZeroOptimizer::gather() {
@@ -172,6 +181,7 @@ void ZeroOptimizer::gather() {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (std::find(unit_groups_.begin(), unit_groups_.end(), g) == unit_groups_.end()) gather_group(g);
   }
+  stream_->synchronize();
 }
 
 void ZeroOptimizer::step() {
@@ -191,6 +201,7 @@ void ZeroOptimizer::step() {
 
 void ZeroOptimizer::reduce_grads() {
   if (reduced_) return;
+  stream_->synchronize();
   check_every_rank_has_grads(comm_, params_, buckets_->touched(), "ZeroOptimizer::step");
   // 1 and 2. The buckets that backward has not reduced (all of them when
   // the grads were set by hand), as it would have: see reduce_bucket().
@@ -199,50 +210,56 @@ void ZeroOptimizer::reduce_grads() {
     const std::span<const double> flat_grads = grads_->adopt();
     std::copy(flat_grads.begin() + a_, flat_grads.begin() + b_, master_chunk_.mutable_grad().begin());
   }
-  staging_ = Storage();
-  part_ = Storage();
+  for (Slot& slot : slots_) slot = Slot();
   reduced_ = true;
 }
 
 // 1 and 2 for one bucket, during backward once its grads are final. Stage
 // 1 averages them in place and keeps every one in .grad. Stages 2 and 3
-// lay them end to end, drop them, and add this rank's part of their mean
-// into the chunk's gradient; stage 3 then frees a unit's parameters, whose
-// backward is over.
+// lay them end to end in a slot, drop them, and add this rank's part of
+// their mean into the chunk's gradient; stage 3 then frees a unit's
+// parameters, whose backward is over. The bookkeeping stays on this thread;
+// the stream gets only the collective and the buffers it owns until done
+// (the slot, and this bucket's part of the chunk's gradient, which no other
+// bucket shares).
 void ZeroOptimizer::reduce_bucket(const Bucket& bucket) {
   if (stage_ == 1) {
-    comm_.all_reduce(grads_->adopt(bucket.first, bucket.last), ReduceOp::Mean);
+    const std::span<double> grads = grads_->adopt(bucket.first, bucket.last);
+    stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
     return;
   }
   const Window w{.n = n_, .begin = bucket.begin, .length = bucket.end - bucket.begin};
   const auto [first, last] = window_part(w, comm_.size(), comm_.rank());
   // The first reduction of a step writes straight into the chunk's
-  // gradient; a later micro-batch's goes through part_ and is added.
+  // gradient; a later micro-batch's goes through the slot's part and is added.
   const bool accumulate = std::exchange(summed_[bucket.first], 1) != 0;
-  if (staging_.empty()) staging_ = Storage(buckets_->largest());
-  if (accumulate && part_.empty()) part_ = Storage(std::min(buckets_->largest(), b_ - a_));
+  Slot& slot = slots_[next_slot_++ % slots_.size()];
+  stream_->wait(slot.busy);
+  if (slot.staging.empty()) slot.staging = Storage(buckets_->largest());
+  if (accumulate && slot.part.empty()) slot.part = Storage(std::min(buckets_->largest(), b_ - a_));
   const std::span<double> chunk_grad = master_chunk_.mutable_grad();
   note_peak();
-  const std::span<double> grads = staging_.span().first(w.length);
+  const std::span<double> grads = slot.staging.span().first(w.length);
   take_grads(params_, bucket.first, bucket.last, grads);
   const std::span<double> out = chunk_grad.subspan(first - a_, last - first);
-  if (!accumulate) {
-    comm_.reduce_scatter(grads, out, ReduceOp::Mean, w);
-  } else {
-    const std::span<double> part = part_.span().first(last - first);
+  const std::span<double> part = accumulate ? slot.part.span().first(last - first) : out;
+  slot.busy = stream_->enqueue([this, grads, out, part, w, accumulate] {
     comm_.reduce_scatter(grads, part, ReduceOp::Mean, w);
-    for (std::size_t i = 0; i < part.size(); ++i) out[i] += part[i];
-  }
+    if (accumulate) {
+      for (std::size_t i = 0; i < part.size(); ++i) out[i] += part[i];
+    }
+  });
   for (std::size_t g : unit_groups_) {
     if (groups_[g].first == bucket.first) release_group(g);
   }
 }
 
+// Enqueued: whoever reads the parameters waits for group.filled first.
 void ZeroOptimizer::gather_group(std::size_t g) {
   Group& group = groups_[g];
   if (group.gathered) return;
   group.values->allocate();
-  all_gather_group(g);
+  group.filled = stream_->enqueue([this, g] { all_gather_group(g); });
   group.gathered = true;
   note_peak();
 }
@@ -262,11 +279,13 @@ void ZeroOptimizer::all_gather_group(std::size_t g) {
 void ZeroOptimizer::release_group(std::size_t g) {
   Group& group = groups_[g];
   if (!group.gathered) return;
+  stream_->wait(group.filled);
   group.values->release();
   group.gathered = false;
 }
 
 void ZeroOptimizer::zero_grad() {
+  stream_->synchronize();
   for (const Tensor& p : params_) p.zero_grad();
   master_chunk_.zero_grad();
   std::fill(summed_.begin(), summed_.end(), 0);
@@ -294,7 +313,8 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
 }
 
 MemoryBytes ZeroOptimizer::memory_bytes() const {
-  std::size_t params = 0, grads = master_chunk_.grad().size() + staging_.size() + part_.size();
+  std::size_t params = 0, grads = master_chunk_.grad().size();
+  for (const Slot& slot : slots_) grads += slot.staging.size() + slot.part.size();
   for (const Tensor& p : params_) params += p.impl().data.size();
   if (grads_) {
     grads += grads_->held();

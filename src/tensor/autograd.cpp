@@ -1,5 +1,7 @@
 #include "tinyllm/tensor/autograd.h"
 
+#include "tinyllm/tensor/check.h"
+
 #include <iterator>
 #include <stdexcept>
 #include <unordered_set>
@@ -9,6 +11,8 @@ namespace tinyllm::autograd {
 namespace {
 
 thread_local bool grad_enabled = true;
+// The callbacks of the backward running on this thread, if one is.
+thread_local std::vector<std::function<void()>>* callbacks = nullptr;
 
 // The non-leaf tensors that `root` depends on, each after every tensor it
 // depends on (post-order of a depth-first search over the ordered inputs).
@@ -101,9 +105,7 @@ std::vector<std::vector<Tensor>> leaves_final_after(const std::vector<Tensor>& o
   return final_after;
 }
 
-}  // namespace
-
-void run_backward(const Tensor& root) {
+void run_graph(const Tensor& root) {
   if (!root.grad_fn()) {  // a leaf: the seed already sits in its grad
     run_hooks(root);
     return;
@@ -125,6 +127,25 @@ void run_backward(const Tensor& root) {
     tensor.zero_grad();
     for (const Tensor& leaf : final_after[step]) run_hooks(leaf);
   }
+}
+
+}  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  TINYLLM_CHECK(callbacks != nullptr, "queue_callback outside backward");
+  callbacks->push_back(std::move(fn));
+}
+
+void run_backward(const Tensor& root) {
+  // A backward started from a hook keeps callbacks of its own.
+  std::vector<std::function<void()>> queued;
+  struct Restore {
+    std::vector<std::function<void()>>* previous;
+    ~Restore() { callbacks = previous; }
+  } restore{std::exchange(callbacks, &queued)};
+  run_graph(root);
+  callbacks = restore.previous;
+  for (std::size_t i = 0; i < queued.size(); ++i) queued[i]();
 }
 
 }  // namespace tinyllm::autograd

@@ -39,7 +39,8 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r) {
   }
 }
 
-dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum) {
+dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum,
+                             bool overlap) {
   const std::size_t n = config.num_parameters(), c = chunk_length(n, p, r);
   dist::MemoryBytes peak = state_bytes(zero, n, p, r);
   if (zero < 2) return peak;  // DDP's and stage 1's buckets are views of the one flat gradient
@@ -51,16 +52,23 @@ dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r
   for (std::size_t i = 0; zero == 3 && i < config.n_layer; ++i)
     units.emplace_back(2 + per_block * i, 2 + per_block * (i + 1));
   const std::vector<dist::Bucket> buckets = dist::make_buckets(numels, {}, "tinyllm", units);
-  // When a bucket is reduced: the chunk's gradient, the staging buffer (the
-  // largest bucket), the bucket's own gradients and wte's, which the tied
+  // When the i-th bucket of a micro-batch is reduced: the chunk's gradient,
+  // the staging slots taken so far (each the largest bucket; one, or two
+  // with overlap), the bucket's own gradients and wte's, which the tied
   // head starts at the top of backward and the embedding finishes last;
-  // from the second micro-batch on, the part added into the chunk too.
-  std::size_t largest = 0, in_flight = 0;
+  // from the second micro-batch on, a part to add into the chunk per slot
+  // taken in that micro-batch.
+  std::size_t largest = 0;
   for (const dist::Bucket& b : buckets) largest = std::max(largest, b.end - b.begin);
-  for (const dist::Bucket& b : buckets) {
-    in_flight = std::max(in_flight, (b.end - b.begin) + (b.first == 0 ? 0 : numels[0]));
+  const std::size_t slots = overlap ? std::min<std::size_t>(2, buckets.size()) : 1, part = std::min(largest, c);
+  std::size_t most = 0;
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const dist::Bucket& b = buckets[i];
+    const std::size_t own = (b.end - b.begin) + (b.first == 0 ? 0 : numels[0]), taken = std::min(i + 1, slots);
+    most = std::max(most, taken * largest + own);
+    if (grad_accum > 1) most = std::max(most, slots * largest + (grad_accum > 2 ? slots : taken) * part + own);
   }
-  peak.grads = (c + largest + in_flight + (grad_accum > 1 ? std::min(largest, c) : 0)) * kDouble;
+  peak.grads = (c + most) * kDouble;
   if (zero == 3) {
     // The chunk, wte, wpe and ln_f for the whole step, and a block with the
     // one prefetched beside it.

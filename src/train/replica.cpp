@@ -34,19 +34,23 @@ double state_step(const optim::StateDict& state) {
 
 }  // namespace
 
-Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero)
+Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero,
+                 bool overlap)
     : model_(std::move(model)), params_(model_->parameters()), comm_(comm), zero_(zero) {
   if (zero_ < 0 || zero_ > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", zero_));
   if (!comm_ && zero_ != 0) throw std::invalid_argument("Replica: one process alone has no ZeRO stage");
   n_ = model_->num_parameters();
   std::tie(a_, b_) = comm_ ? dist::chunk_bounds(n_, comm_->size(), comm_->rank()) : std::pair{std::size_t{0}, n_};
+  dist::BucketOptions buckets;
+  buckets.overlap = overlap;
   if (zero_ == 0) {
-    if (comm_) ddp_ = std::make_unique<dist::DDP>(model_, *comm_);
+    if (comm_) ddp_ = std::make_unique<dist::DDP>(model_, *comm_, buckets);
     adamw_ = std::make_unique<optim::AdamW>(params_, adamw);
   } else {
     // Stage 3 gathers block by block; the embeddings and ln_f (2 to 3% of
     // the parameters at the sizes this trainer runs) stay gathered for the step.
     dist::ZeroOptions options;
+    options.buckets = buckets;
     if (zero_ == 3) {
       for (const auto& [name, block] : model_->h->named_children()) options.units.push_back(block);
     }

@@ -19,6 +19,14 @@ struct BucketOptions {
   // The first bucket (the last parameters, whose gradients are ready
   // first) is smaller, so that the first reduction starts early.
   std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  // Run each bucket's collective on a communication thread of this rank
+  // while backward computes the next (and stage 3's gathers beside the
+  // compute): the same collectives in the same order, so the same bits and
+  // bytes. Stages 2 and 3 then hold two buckets in flight instead of one.
+  // Where the Comm allows no other thread (MPI below
+  // MPI_THREAD_SERIALIZED), the collectives stay synchronous, said once
+  // on stderr.
+  bool overlap = false;
 };
 
 struct Bucket {

@@ -79,6 +79,10 @@ class Comm {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Whether threads other than the one that made this Comm may call it, one
+  // at a time (MPI_THREAD_SERIALIZED), as the communication thread of
+  // BucketOptions::overlap does.
+  virtual bool callable_from_other_threads() const { return true; }
 
   // Every rank's buf becomes root's buf.
   void broadcast(std::span<double> buf, int root);

@@ -20,6 +20,8 @@
 // parameter got its gradient). Gradient accumulation: run all but the last
 // micro-batch's backward inside no_sync(), which sends nothing; without
 // it, each backward reduces again (the same result, more traffic).
+// BucketOptions::overlap runs the buckets' all-reduces on a communication
+// thread while backward goes on; backward returns once they are done.
 #pragma once
 
 #include <memory>
@@ -32,6 +34,7 @@
 
 namespace tinyllm::dist {
 
+class CommStream;
 class FlatGrads;
 class GradBuckets;
 
@@ -73,6 +76,8 @@ class DDP : public nn::Module {
   // Gradient bytes this rank holds: the bucket, which lives as long as DDP
   // (the next backward's home), and any grad kept outside it.
   std::size_t grad_bytes() const;
+  // Whether the buckets' collectives run beside backward (BucketOptions::overlap, where the Comm allows it).
+  bool overlapping() const;
 
  private:
   std::shared_ptr<nn::Module> module_;
@@ -80,6 +85,8 @@ class DDP : public nn::Module {
   std::vector<Tensor> params_;  // module_'s, in parameters() order
   std::unique_ptr<FlatGrads> grads_;
   std::unique_ptr<GradBuckets> buckets_;
+  // Last, so it is destroyed first: no collective outlives the buffers it uses.
+  std::unique_ptr<CommStream> stream_;
 };
 
 }  // namespace tinyllm::dist

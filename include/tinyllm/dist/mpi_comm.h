@@ -21,7 +21,8 @@ namespace tinyllm::dist {
 // or any PMIx launcher), so `--backend auto` can pick MPI.
 bool launched_by_mpirun();
 
-// MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI) on
+// MPI_Init_thread (MPI_THREAD_SERIALIZED: any thread calls MPI, one at a
+// time, as the communication thread of BucketOptions::overlap does) on
 // construction and MPI_Finalize on destruction, unless MPI was already
 // initialised by someone else: then it does neither. Nor does it finalise
 // when an exception is unwinding through it: after a failed collective,
@@ -64,6 +65,9 @@ class MpiComm final : public Comm {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // Whether MPI was initialised at MPI_THREAD_SERIALIZED or above (by
+  // MpiSession, or by whoever initialised it before).
+  bool callable_from_other_threads() const override { return serialized_; }
 
  private:
   void exchange_headers(const CollectiveHeader& mine, std::span<CollectiveHeader> all) override;
@@ -90,6 +94,7 @@ class MpiComm final : public Comm {
   int size_ = 1;
   CommOptions options_;
   std::size_t max_count_;
+  bool serialized_ = false;
   bool broken_ = false;  // a collective failed here: keep comm_ (see the destructor)
 
   CollectiveHeader current_;           // the collective in progress, for messages

@@ -38,6 +38,13 @@
 // by step(). Without units, gather() gathers every parameter, as the seed's
 // stage 3 does.
 //
+// With BucketOptions::overlap, these collectives (the buckets'
+// reductions, stage 3's gathers and prefetches) run on a communication
+// thread, in the order the synchronous code issues them: a bucket's
+// reduction while backward computes the next, the prefetched units'
+// gathers while the current unit computes; a unit waits for its own
+// gather only when the pass reaches it.
+//
 // A training step on each rank (the seed's):
 //   zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step();
 // Gradient accumulation: step() once after every micro-batch's backward.
@@ -48,6 +55,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -78,6 +86,7 @@ struct ZeroOptions {
   int prefetch = 1;
 };
 
+class CommStream;
 class FlatGrads;
 class FlatParams;
 class GradBuckets;
@@ -133,6 +142,8 @@ class ZeroOptimizer {
   void reset_peak_memory_bytes() { peak_ = memory_bytes(); }
 
   int stage() const { return stage_; }
+  // Whether the collectives run beside the compute (BucketOptions::overlap, where the Comm allows it).
+  bool overlapping() const;
   std::pair<std::size_t, std::size_t> chunk() const { return {a_, b_}; }  // [a, b) of the flat vector
   const Tensor& master_chunk() const { return master_chunk_; }
   optim::Optimizer& inner() const { return *inner_; }
@@ -146,6 +157,15 @@ class ZeroOptimizer {
     std::size_t begin = 0, end = 0;
     std::unique_ptr<FlatParams> values;
     bool gathered = true;
+    std::uint64_t filled = 0;  // the CommStream ticket of the all_gather into values
+  };
+  // Stages 2 and 3: a bucket's gradients, end to end, while it is reduced,
+  // and this rank's part of their mean, to add; one slot per bucket in
+  // flight.
+  struct Slot {
+    Storage staging;
+    Storage part;
+    std::uint64_t busy = 0;  // the ticket of the slot's last reduction
   };
 
   void make_groups(const std::vector<std::pair<std::size_t, std::size_t>>& units);
@@ -169,8 +189,8 @@ class ZeroOptimizer {
   std::vector<std::size_t> unit_groups_;  // the groups that are units, in unit order
   int prefetch_ = 1;
   std::unique_ptr<FlatGrads> grads_;  // stage 1: every .grad, a view of one flat vector
-  Storage staging_;                   // stages 2, 3: a bucket's gradients, end to end, while it is reduced
-  Storage part_;                      // stages 2, 3: this rank's part of a bucket's mean, to add
+  std::vector<Slot> slots_;           // stages 2, 3: two when overlapping, else one
+  std::size_t next_slot_ = 0;
   std::vector<char> summed_;          // by a bucket's first parameter: its mean is in the chunk's grad
   std::unique_ptr<GradBuckets> buckets_;
   Tensor master_chunk_;  // w[a, b), the inner optimizer's one parameter
@@ -178,6 +198,8 @@ class ZeroOptimizer {
   std::vector<RemovableHandle> unit_hooks_;
   MemoryBytes peak_;
   bool reduced_ = false;  // this step's gradients are all in master_chunk_'s grad
+  // Last, so it is destroyed first: no collective outlives the buffers it uses.
+  std::unique_ptr<CommStream> stream_;
 };
 
 }  // namespace tinyllm::dist

@@ -54,7 +54,14 @@ bool needs_grad(const Tensors&... inputs) {
 // no input requires grad or grad mode is off, so ops may always call it.
 void record(Tensor& out, std::vector<Tensor> inputs, BackwardFn backward);
 
-// Runs backward from `root`, whose grad buffer holds the seed.
+// Runs backward from `root`, whose grad buffer holds the seed, then the
+// callbacks queued during it.
 void run_backward(const Tensor& root);
+
+// From a hook inside backward: runs fn once this backward has run every
+// node and hook (PyTorch's Engine::queue_callback, by which its DDP reducer
+// and FSDP wait for their reductions). Callbacks run in the order queued;
+// a backward that throws drops its own. std::logic_error outside backward.
+void queue_callback(std::function<void()> fn);
 
 }  // namespace tinyllm::autograd

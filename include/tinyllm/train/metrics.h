@@ -22,9 +22,11 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r);
 // The most of each part that rank r holds within a step of the trainer's
 // GPT (the default buckets, stage 3's units the blocks, prefetch 1): for
 // stages 2 and 3 the gradients of the bucket in flight beside the chunk's,
-// for stage 3 the gathered blocks beside the chunk. What
+// for stage 3 the gathered blocks beside the chunk; with overlap, the
+// second bucket in flight (dist::BucketOptions::overlap). What
 // ZeroOptimizer::peak_memory_bytes() reports.
-dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1);
+dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1,
+                             bool overlap = false);
 
 // The bytes rank r's collectives send in one step of the GPT, as
 // dist::Comm counts them: DDP one all_reduce; stage 1 an all_reduce and an

@@ -31,8 +31,10 @@ inline constexpr int kNumRegions = 3;
 class Replica {
  public:
   // Collective when comm is given (DDP and ZeRO broadcast rank 0's
-  // parameters). std::invalid_argument for a zero outside 0..3.
-  Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero);
+  // parameters). overlap: dist::BucketOptions::overlap. std::invalid_argument
+  // for a zero outside 0..3.
+  Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero,
+          bool overlap = false);
   ~Replica();
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;

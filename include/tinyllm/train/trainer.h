@@ -38,6 +38,9 @@ struct TrainOptions {
   Backend backend = Backend::Auto;
   std::size_t grad_accum = 1;  // micro-batches per step on each rank
   double clip = 0;             // global gradient-norm limit; 0: none
+  // The buckets' collectives (and stage 3's gathers) on a communication
+  // thread beside backward (dist::BucketOptions::overlap); same results.
+  bool overlap = false;
   // Seconds a rank waits for the others in a collective before the run
   // fails naming the collective and the late rank, in [0.001, 1e9].
   double timeout = 300;

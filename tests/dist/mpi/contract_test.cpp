@@ -1,10 +1,12 @@
-// The Comm contract and the GPT equality suite on the MPI backend: the
-// world is whatever mpirun started, so the cases are that world with every
-// n, and that world in every mode.
+// The Comm contract, the GPT equality suite and overlap's equality with the
+// synchronous run on the MPI backend: the world is whatever mpirun
+// started, so the cases are that world with every n, and that world in
+// every mode.
 #include <cstdlib>
 
 #include "../comm_contract.h"
 #include "../gpt_equality.h"
+#include "../overlap_equality.h"
 #include "tinyllm/dist/mpi_comm.h"
 
 namespace tinyllm::testing {
@@ -33,6 +35,8 @@ INSTANTIATE_TEST_SUITE_P(Mpi, CommWorld, ::testing::Values(ContractCase{Backend:
                          contract_case_name);
 INSTANTIATE_TEST_SUITE_P(Mpi, GptEquality, ::testing::ValuesIn(gpt_cases(Backend::Mpi, {launched_world()})),
                          gpt_case_name);
+INSTANTIATE_TEST_SUITE_P(Mpi, OverlapEquality, ::testing::ValuesIn(overlap_cases(Backend::Mpi, launched_world())),
+                         overlap_case_name);
 
 }  // namespace
 }  // namespace tinyllm::testing
