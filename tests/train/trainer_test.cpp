@@ -182,6 +182,25 @@ TEST(TrainerTest, ForkedRanksHandBackRankZerosSummary) {
   EXPECT_NEAR(s.first_loss, std::log(256.0), 0.2);
 }
 
+// --overlap moves the buckets' collectives onto a communication thread of
+// each forked rank; the trained weights and moments keep their bits.
+TEST(TrainerTest, OverlapTrainsTheSameBitsOnForkedRanks) {
+  const testing::ScratchDir dir("tinyllm-trainer-overlap");
+  for (int zero = 0; zero <= 3; ++zero) {
+    SCOPED_TRACE(::testing::Message() << "zero " << zero);
+    TrainOptions o = testing::tiny_run(2, zero);
+    o.backend = Backend::Procs;
+    o.grad_accum = 2;
+    o.save_dir = dir / fmt::format("plain{}", zero);
+    const TrainSummary plain = train(o);
+    o.overlap = true;
+    o.save_dir = dir / fmt::format("overlap{}", zero);
+    const TrainSummary overlapped = train(o);
+    EXPECT_EQ(overlapped.last_loss, plain.last_loss);
+    EXPECT_EQ(testing::read_all(overlapped.last_checkpoint), testing::read_all(plain.last_checkpoint));
+  }
+}
+
 TEST(TrainerTest, MetricsFileHasOneJsonObjectPerStep) {
   const testing::ScratchDir dir("tinyllm-trainer-metrics");
   TrainOptions o = testing::tiny_run(2, 1);
