@@ -78,7 +78,13 @@ void GradBuckets::on_grad_ready(std::size_t param) {
   const std::size_t b = bucket_of_[param];
   touched_ = true;
   reduced_[b] = 0;
-  if (!sync_ || ready_[param]) return;
+  if (!sync_) return;
+  if (!counting_) {
+    // Each backward counts its own gradients, so that a later micro-batch
+    // outside no_sync() reduces its buckets as they fill, as the first did.
+    counting_ = true;
+    autograd::queue_callback([this] { restart_count(); });
+  }
   ready_[param] = 1;
   if (--pending_[b] == 0) reduce_ready_in_order();
 }
@@ -101,11 +107,16 @@ void GradBuckets::flush() {
 }
 
 void GradBuckets::clear() {
-  std::fill(ready_.begin(), ready_.end(), 0);
+  restart_count();
   std::fill(reduced_.begin(), reduced_.end(), 0);
+  touched_ = false;
+}
+
+void GradBuckets::restart_count() {
+  std::fill(ready_.begin(), ready_.end(), 0);
   for (std::size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].last - buckets_[b].first;
   next_ = 0;
-  touched_ = false;
+  counting_ = false;
 }
 
 NoSyncGuard::NoSyncGuard(GradBuckets& buckets) : buckets_(&buckets), previous_(buckets.sync()) {

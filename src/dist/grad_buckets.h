@@ -3,16 +3,18 @@
 // it. DDP and ZeroOptimizer share it; what "reduce" means (an all_reduce in
 // place, a reduce_scatter into the chunk) is theirs.
 //
-// A round runs from one flush() to the next. Within a round, a bucket is
-// reduced during backward once all its parameters' gradients are final,
-// and buckets are reduced strictly in bucket order, so every rank issues
-// the same collectives in the same order. flush() then reduces every bucket
-// that the round's backward did not (unused parameters, gradients set by
-// hand) or that changed after its reduction (a second backward without
-// no_sync(): the sum of the reduced and the new gradients is reduced
-// again, which is still the mean of every rank's total). Inside no_sync()
-// the hooks only note that a bucket changed; its gradients accumulate
-// locally until a later backward or flush() reduces them.
+// A round runs from one flush() to the next. In each backward of a round,
+// a bucket is reduced once all its parameters' gradients of that backward
+// are final, and buckets are reduced strictly in bucket order, so every
+// rank issues the same collectives in the same order. A bucket that an
+// earlier backward of the round reduced is reduced again with the new
+// gradients added: DDP and stage 1 all-reduce the sum of the averaged and
+// the new gradients, which is still the mean of every rank's total; stages
+// 2 and 3 add the new mean into the chunk. flush() then reduces every
+// bucket that the round's backwards did not (unused parameters, gradients
+// set by hand, a backward that threw). Inside no_sync() the hooks only
+// note that a bucket changed; its gradients accumulate locally until a
+// later backward or flush() reduces them.
 //
 // "Reduce" may only enqueue its collective on the owner's CommStream. A
 // backward that enqueued any then waits for them as its last act (PyTorch's
@@ -60,16 +62,18 @@ class GradBuckets {
  private:
   void on_grad_ready(std::size_t param);
   void reduce_ready_in_order();
+  void restart_count();  // for the next backward
 
   std::vector<Tensor> params_;
   CommStream& stream_;
   Reduce reduce_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // by parameter
-  std::vector<char> ready_;             // by parameter, this round
-  std::vector<std::size_t> pending_;    // by bucket: parameters not yet ready this round
+  std::vector<char> ready_;             // by parameter, this backward
+  std::vector<std::size_t> pending_;    // by bucket: parameters not yet ready this backward
   std::vector<char> reduced_;           // by bucket: reduced this round and unchanged since
-  std::size_t next_ = 0;                // the next bucket to reduce during backward
+  std::size_t next_ = 0;                // the next bucket to reduce during this backward
+  bool counting_ = false;               // a backward has counted a gradient and will restart the count
   bool touched_ = false;
   bool sync_ = true;
   std::vector<RemovableHandle> handles_;

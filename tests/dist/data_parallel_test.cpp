@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
@@ -132,6 +133,58 @@ TEST_P(DataParallelTest, NoSyncSendsNothingAndTheLastBackwardReduces) {
       zo->step();
     }
     EXPECT_EQ(comm.traffic(reduction).calls, 4u) << "nothing is left to reduce after backward";
+  });
+}
+
+// Outside no_sync() every backward reduces its own buckets as they fill,
+// the second micro-batch's too: stage 2 never holds a whole gradient, and
+// the step equals one with the first micro-batch accumulated locally.
+TEST_P(DataParallelTest, EveryBackwardOutsideNoSyncReducesItsBuckets) {
+  const auto [backend, mode] = GetParam();
+  const Collective reduction =
+      mode == Mode::Ddp || mode == Mode::Zero1 ? Collective::AllReduce : Collective::ReduceScatter;
+  run_ranks(backend, 2, [&](Comm& comm) {
+    const dist::BucketOptions one_each{.bucket_bytes = 8, .first_bucket_bytes = 8};
+    const auto train_step = [&](bool first_in_no_sync) {
+      auto net = std::make_shared<TinyNet>(5);
+      std::unique_ptr<dist::DDP> ddp;
+      std::unique_ptr<dist::ZeroOptimizer> zo;
+      std::unique_ptr<optim::Optimizer> sgd;
+      if (mode == Mode::Ddp) {
+        ddp = std::make_unique<dist::DDP>(net, comm, one_each);
+        sgd = optim::SGD::factory({.lr = 0.1})(net->parameters());
+      } else {
+        zo = std::make_unique<dist::ZeroOptimizer>(optim::SGD::factory({.lr = 0.1}), net->parameters(), comm,
+                                                   static_cast<int>(mode),
+                                                   dist::ZeroOptions{.buckets = one_each, .units = {}, .prefetch = 1});
+        zo->gather();
+      }
+      const std::uint64_t calls = comm.traffic(reduction).calls;
+      {
+        std::optional<NoSyncGuard> guard;
+        if (first_in_no_sync) guard.emplace(ddp ? ddp->no_sync() : zo->no_sync());
+        tiny_loss(*net, 0, 6 * static_cast<std::size_t>(comm.rank()), 3).backward();
+      }
+      tiny_loss(*net, 0, 6 * static_cast<std::size_t>(comm.rank()) + 3, 3).backward();
+      const std::uint64_t in_backward = comm.traffic(reduction).calls - calls;
+      if (mode == Mode::Zero2 || mode == Mode::Zero3) {
+        for (const Tensor& p : net->parameters()) EXPECT_TRUE(p.grad().empty()) << "a whole gradient is held";
+      }
+      if (ddp) {
+        ddp->sync_grads();
+        sgd->step();
+      } else {
+        zo->step();
+        zo->gather();
+      }
+      EXPECT_EQ(comm.traffic(reduction).calls - calls, in_backward) << "the step reduced what backward had not";
+      return std::pair(in_backward, flat_values(net->parameters()));
+    };
+    const auto [accumulated_calls, accumulated] = train_step(true);
+    const auto [reduced_calls, reduced] = train_step(false);
+    EXPECT_EQ(accumulated_calls, 4u);
+    EXPECT_EQ(reduced_calls, 8u) << "each of the two backwards reduces its four buckets";
+    expect_all_within(reduced, accumulated, 1e-14, "parameters");
   });
 }
 
