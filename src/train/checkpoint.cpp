@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "difference.h"
 #include "tinyllm/tensor/deferred_init.h"
 
 namespace tinyllm::train {
@@ -151,7 +152,7 @@ std::array<double, kNumRegions> checkpoint_diff(const SafetensorsFile& a, const 
   for (std::size_t g = 0; g < kNumRegions; ++g) {
     a.read(g * n, x);
     b.read(g * n, y);
-    for (std::size_t i = 0; i < n; ++i) worst[g] = std::max(worst[g], std::abs(x[i] - y[i]));
+    worst[g] = max_abs_diff(x, y);
   }
   return worst;
 }

@@ -12,16 +12,11 @@
 #include <vector>
 
 #include "../dist/fnv1a.h"
+#include "difference.h"
 #include "tinyllm/train/checkpoint.h"
 
 namespace tinyllm::train {
 namespace {
-
-double max_diff(const std::vector<double>& x, const std::vector<double>& y) {
-  double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-  return worst;
-}
 
 class VerifyObserver final : public TrainObserver {
  public:
@@ -51,13 +46,17 @@ class VerifyObserver final : public TrainObserver {
     std::vector<double> verdict(8, 0.0);  // 5 figures, then the first failing step, its difference and bits
     if (comm.rank() == 0) {
       const double reference_loss = reference_step(step);
-      verdict = {std::abs(loss - reference_loss), max_diff(mine[0], reference_->full(Region::Params)),
-                 max_diff(mine[1], reference_->full(Region::ExpAvg)),
-                 max_diff(mine[2], reference_->full(Region::ExpAvgSq)), 1.0};
+      verdict = {std::abs(loss - reference_loss), max_abs_diff(mine[0], reference_->full(Region::Params)),
+                 max_abs_diff(mine[1], reference_->full(Region::ExpAvg)),
+                 max_abs_diff(mine[2], reference_->full(Region::ExpAvgSq)), 1.0};
       for (double q : hashes) {
         if (std::bit_cast<std::uint64_t>(q) != h) verdict[4] = 0.0;
       }
-      const double worst = std::max({verdict[0], verdict[1], verdict[2], verdict[3]});
+      const double worst = VerifyStep{.loss_diff = verdict[0],
+                                      .params_diff = verdict[1],
+                                      .exp_avg_diff = verdict[2],
+                                      .exp_avg_sq_diff = verdict[3]}
+                               .worst();
       if (first_failure_ < 0 && (!(worst <= tolerance_) || verdict[4] == 0.0)) {
         first_failure_ = static_cast<double>(step);
         failure_worst_ = worst;
@@ -118,7 +117,9 @@ class VerifyObserver final : public TrainObserver {
 
 }  // namespace
 
-double VerifyStep::worst() const { return std::max({loss_diff, params_diff, exp_avg_diff, exp_avg_sq_diff}); }
+double VerifyStep::worst() const {
+  return max_keeping_nan(max_keeping_nan(loss_diff, params_diff), max_keeping_nan(exp_avg_diff, exp_avg_sq_diff));
+}
 
 void verify(const TrainOptions& options, const std::function<void(const RunInfo&)>& on_start,
             const std::function<void(const VerifyStep&)>& on_step, double tolerance) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -188,6 +189,34 @@ TEST(CheckpointTest, DiffNamesTheLargestDifferenceOfEachRegion) {
   train(wider);
   EXPECT_THROW_WITH(checkpoint_diff(six, SafetensorsFile::open(checkpoint_path(dir / "b", 1))), std::invalid_argument,
                     "hold different tensors");
+}
+
+// A value gone NaN in one checkpoint is a NaN difference in its region,
+// which no tolerance passes; the other regions keep their figure.
+TEST(CheckpointTest, DiffReportsANanValueAsANanDifference) {
+  const testing::ScratchDir dir("tinyllm-ckpt-diff-nan");
+  train(saving_run(dir, "a", 1, 0));
+  const SafetensorsFile good = SafetensorsFile::open(checkpoint_path(dir / "a", 6));
+  std::vector<double> values = testing::read_all(good.path());
+  const std::size_t n = values.size() / 3;
+  Metadata metadata = good.metadata();
+  metadata.erase("checksum");
+  for (const double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    for (std::size_t region = 0; region < 3; ++region) {
+      SCOPED_TRACE(::testing::Message() << bad << " in region " << region);
+      std::vector<double> broken = values;
+      broken[region * n + n / 2] = bad;
+      write_safetensors(dir / "broken.safetensors", good.tensors(), metadata, broken);
+      const auto worst = checkpoint_diff(good, SafetensorsFile::open(dir / "broken.safetensors"));
+      for (std::size_t g = 0; g < 3; ++g) EXPECT_TRUE(g == region ? !std::isfinite(worst[g]) : worst[g] == 0) << g;
+    }
+  }
+  // ∞ − ∞ is NaN too: the same infinity on both sides is no difference of 0.
+  std::vector<double> infinite = values;
+  infinite[n / 2] = std::numeric_limits<double>::infinity();
+  write_safetensors(dir / "x.safetensors", good.tensors(), metadata, infinite);
+  const SafetensorsFile x = SafetensorsFile::open(dir / "x.safetensors");
+  EXPECT_TRUE(std::isnan(checkpoint_diff(x, x)[0]));
 }
 
 TEST(CheckpointTest, RefusesACorruptTruncatedOrMismatchedCheckpoint) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "support/expect_throw.h"
@@ -47,6 +49,19 @@ TEST(VerifyTest, ADifferenceAboveTheToleranceFailsOnEveryRank) {
 // The check compares two real computations: three ranks sum in another
 // order than one process, so some figure differs in its last bits, and a
 // tolerance below that difference fails.
+// A NaN anywhere is the worst difference, never one that passes.
+TEST(VerifyTest, ANanDifferenceIsTheWorst) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int field = 0; field < 4; ++field) {
+    train::VerifyStep v{.loss_diff = 1e-13, .params_diff = 2e-13, .exp_avg_diff = 3e-13, .exp_avg_sq_diff = 4e-13};
+    EXPECT_EQ(v.worst(), 4e-13);
+    double* fields[] = {&v.loss_diff, &v.params_diff, &v.exp_avg_diff, &v.exp_avg_sq_diff};
+    *fields[field] = nan;
+    EXPECT_TRUE(std::isnan(v.worst())) << "field " << field;
+    EXPECT_FALSE(v.worst() <= train::kVerifyTolerance);
+  }
+}
+
 TEST(VerifyTest, MeasuresTheRoundingDifferenceOfRealRanks) {
   TrainOptions o = testing::tiny_run(3, 2);
   o.steps = 3;

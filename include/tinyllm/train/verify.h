@@ -22,7 +22,7 @@ struct VerifyStep {
   double exp_avg_diff = 0;
   double exp_avg_sq_diff = 0;
   bool same_bits = true;  // every rank's parameters and optimizer state bit-identical
-  double worst() const;
+  double worst() const;   // the largest of the four, NaN when any is (so `worst() <= tolerance` fails)
 };
 
 // Runs the check; on_start runs on rank 0 before the first step, on_step
