@@ -39,6 +39,24 @@ AdamWOptions checked(AdamWOptions options) {
   return options;
 }
 
+void check_no_decay(const NoDecay& no_decay, const std::vector<Tensor>& params) {
+  if (no_decay.size() > params.size()) {
+    throw std::invalid_argument(
+        fmt::format("AdamW: no_decay lists {} parameters, but there are {}", no_decay.size(), params.size()));
+  }
+  for (std::size_t i = 0; i < no_decay.size(); ++i) {
+    std::size_t end = 0;
+    for (const auto& [first, last] : no_decay[i]) {
+      if (!(end <= first && first < last && last <= params[i].numel())) {
+        throw std::invalid_argument(fmt::format(
+            "AdamW: no_decay range [{}, {}) of parameter {} ({} elements) must be non-empty, ascending and inside it",
+            first, last, i, params[i].numel()));
+      }
+      end = last;
+    }
+  }
+}
+
 // Everything in the update that depends on the step but not on the element.
 struct StepConstants {
   double decay;   // 1 − lr·wd
@@ -83,13 +101,15 @@ TINYLLM_CLONES void adamw_update(double* __restrict p, const double* __restrict 
 
 }  // namespace
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Optimizer(std::move(params)), options_(checked(options)), state_(params_.size()) {}
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options, NoDecay no_decay)
+    : Optimizer(std::move(params)), options_(checked(options)), no_decay_(std::move(no_decay)), state_(params_.size()) {
+  check_no_decay(no_decay_, params_);
+}
 
-OptimizerFactory AdamW::factory(AdamWOptions options) {
+OptimizerFactory AdamW::factory(AdamWOptions options, NoDecay no_decay) {
   check_options(options);
-  return [options](std::vector<Tensor> params) -> std::unique_ptr<Optimizer> {
-    return std::make_unique<AdamW>(std::move(params), options);
+  return [options, no_decay](std::vector<Tensor> params) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<AdamW>(std::move(params), options, no_decay);
   };
 }
 
@@ -119,14 +139,29 @@ void AdamW::step() {
     c.bc2_sqrt = std::sqrt(1 - std::pow(beta2, s.step));
     c.eps = options_.eps;
 
-    double* p = param.data().data();
-    double* m = s.exp_avg.data().data();
-    double* v = s.exp_avg_sq.data().data();
-    if (c.weight < 0.5) {
-      adamw_update<false>(p, grad.data(), m, v, grad.size(), c);
-    } else {
-      adamw_update<true>(p, grad.data(), m, v, grad.size(), c);
+    // Runs that decay and runs that do not, alternating.
+    const auto update = [&](std::size_t first, std::size_t last, double decay) {
+      if (first == last) return;
+      StepConstants k = c;
+      k.decay = decay;
+      double* p = param.data().data() + first;
+      double* m = s.exp_avg.data().data() + first;
+      double* v = s.exp_avg_sq.data().data() + first;
+      if (k.weight < 0.5) {
+        adamw_update<false>(p, grad.data() + first, m, v, last - first, k);
+      } else {
+        adamw_update<true>(p, grad.data() + first, m, v, last - first, k);
+      }
+    };
+    std::size_t done = 0;
+    if (i < no_decay_.size()) {
+      for (const auto& [first, last] : no_decay_[i]) {
+        update(done, first, c.decay);
+        update(first, last, 1.0);
+        done = last;
+      }
     }
+    update(done, grad.size(), c.decay);
   }
 }
 

@@ -20,6 +20,8 @@ namespace tinyllm::optim {
 namespace {
 
 using testing::expect_all_near;
+using testing::reference_gradient;
+using testing::reference_initial;
 using testing::set_grad;
 
 const Tensor& tensor_named(const StateDict& state, const std::string& name) {
@@ -307,6 +309,52 @@ TEST(AdamWTest, FailedLoadLeavesTheStateAsItWas) {
   const StateDict now = opt.state_dict();
   EXPECT_EQ(now.tensors[0].second.to_vector(), good.tensors[0].second.to_vector());
   EXPECT_EQ(now.scalars[0].second, 1);
+}
+
+// Element by element, the decay of a no_decay range is exactly that of an
+// AdamW with weight_decay 0 (PyTorch's second parameter group), and the
+// rest that of the decaying one, over three steps of changing gradients.
+TEST(AdamWTest, NoDecayRangesStepAsTheirOwnGroup) {
+  const AdamWOptions decaying{.lr = 0.1, .betas = {0.9, 0.99}, .eps = 1e-8, .weight_decay = 0.5};
+  AdamWOptions plain = decaying;
+  plain.weight_decay = 0;
+  const auto values = [](int index) {
+    std::vector<double> v(10);
+    for (int j = 0; j < 10; ++j) v[j] = reference_initial(index, j);
+    return v;
+  };
+  Tensor mixed = Tensor::from(values(0), {10}, true), second = Tensor::from(values(1), {10}, true);
+  Tensor all = Tensor::from(values(0), {10}, true), none = Tensor::from(values(0), {10}, true);
+  Tensor second_all = Tensor::from(values(1), {10}, true);
+  AdamW opt({mixed, second}, decaying, {{{0, 2}, {5, 7}, {9, 10}}});
+  AdamW with_decay({all, second_all}, decaying), without_decay({none}, plain);
+  for (int k = 0; k < 3; ++k) {
+    std::vector<double> g(10);
+    for (int j = 0; j < 10; ++j) g[j] = reference_gradient(0, k, j);
+    for (const Tensor* w : {&mixed, &all, &none}) set_grad(*w, g);
+    for (int j = 0; j < 10; ++j) g[j] = reference_gradient(1, k, j);
+    for (const Tensor* w : {&second, &second_all}) set_grad(*w, g);
+    opt.step();
+    with_decay.step();
+    without_decay.step();
+  }
+  const std::vector<bool> skips = {1, 1, 0, 0, 0, 1, 1, 0, 0, 1};
+  for (std::size_t j = 0; j < 10; ++j) {
+    EXPECT_EQ(mixed.data()[j], (skips[j] ? none : all).data()[j]) << j;
+    EXPECT_NE(all.data()[j], none.data()[j]) << j << ": the decay must show";
+  }
+  EXPECT_TRUE(std::equal(second.data().begin(), second.data().end(), second_all.data().begin()))
+      << "a parameter past the list decays whole";
+}
+
+TEST(AdamWTest, RejectsBadNoDecayRangesNamingThem) {
+  Tensor w = Tensor::zeros({4}, true);
+  EXPECT_THROW_WITH(AdamW({w}, {}, {{}, {}}), std::invalid_argument, "no_decay lists 2 parameters, but there are 1");
+  EXPECT_THROW_WITH(AdamW({w}, {}, {{{2, 5}}}), std::invalid_argument,
+                    "no_decay range [2, 5) of parameter 0 (4 elements) must be non-empty, ascending and inside it");
+  EXPECT_THROW_WITH(AdamW({w}, {}, {{{1, 1}}}), std::invalid_argument, "range [1, 1)");
+  EXPECT_THROW_WITH(AdamW({w}, {}, {{{0, 2}, {1, 3}}}), std::invalid_argument, "range [1, 3)");
+  EXPECT_THROW_WITH(AdamW::factory({}, {{{3, 2}}})({w}), std::invalid_argument, "range [3, 2)");
 }
 
 TEST(AdamWTest, RejectsNegativeLr) {

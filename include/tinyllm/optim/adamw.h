@@ -1,10 +1,12 @@
 // AdamW exactly as torch.optim.AdamW (single-tensor path): decoupled weight
 // decay p ·= 1 − lr·wd, bias-corrected moments, eps added after the square
-// root. No amsgrad, maximize or parameter groups. References: Loshchilov &
+// root. No amsgrad or maximize; in place of parameter groups, ranges of
+// elements that weight decay skips (see NoDecay). References: Loshchilov &
 // Hutter, "Decoupled Weight Decay Regularization" (2019), Algorithm 2, and
 // https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
 #pragma once
 
+#include <cstddef>
 #include <utility>
 #include <vector>
 
@@ -19,14 +21,22 @@ struct AdamWOptions {
   double weight_decay = 1e-2;
 };
 
+// Per parameter, the ranges [begin, end) of its elements that weight decay
+// skips, ascending and disjoint; a parameter past the list's end decays
+// whole. This is PyTorch's second parameter group with weight_decay 0 (the
+// same bits: p ·= 1 there), taken down to elements so that a ZeRO chunk,
+// one flat parameter across tensors, keeps each element's own rule.
+using NoDecay = std::vector<std::vector<std::pair<std::size_t, std::size_t>>>;
+
 class AdamW : public Optimizer {
  public:
   // std::invalid_argument unless lr >= 0, eps >= 0, 0 <= beta < 1 and
-  // weight_decay >= 0.
-  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  // weight_decay >= 0, and for a no_decay list longer than the parameters
+  // or a range that is empty, out of order or past its parameter's end.
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {}, NoDecay no_decay = {});
   // Checks the options now, so a bad configuration fails before any rank
   // builds an optimizer.
-  static OptimizerFactory factory(AdamWOptions options);
+  static OptimizerFactory factory(AdamWOptions options, NoDecay no_decay = {});
 
   void step() override;
   // "<i>.exp_avg", "<i>.exp_avg_sq" and the scalar "<i>.step" for each
@@ -44,6 +54,7 @@ class AdamW : public Optimizer {
   };
 
   AdamWOptions options_;
+  NoDecay no_decay_;
   std::vector<ParamState> state_;  // per parameter
 };
 
