@@ -76,6 +76,8 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--overlap", o.overlap,
                "on procs and mpi, reduce each gradient bucket on a communication thread while backward goes on");
+  app.add_flag("--decay-all", o.decay_all,
+               "weight decay on every parameter (default: the matrices and embeddings only, as GPT-2)");
   app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
   app.add_option("--timeout", o.timeout,
                  "seconds a rank waits for the others before the run fails naming the late rank (every backend)")

@@ -32,10 +32,46 @@ double state_step(const optim::StateDict& state) {
   return 0;
 }
 
+// GPT-2's rule: matrices and embeddings decay; biases and LayerNorm gains,
+// the tensors of one dimension, do not.
+bool decays(const Tensor& p) { return p.dim() >= 2; }
+
+// The elements of [a, b) of the flat vector that weight decay skips, as
+// ranges from a.
+std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(const std::vector<Tensor>& params, std::size_t a,
+                                                                 std::size_t b) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  std::size_t begin = 0;
+  for (const Tensor& p : params) {
+    const std::size_t end = begin + p.numel(), first = std::max(begin, a), last = std::min(end, b);
+    if (!decays(p) && first < last) {
+      if (!ranges.empty() && ranges.back().second == first - a) {
+        ranges.back().second = last - a;  // biases and gains side by side make one run
+      } else {
+        ranges.emplace_back(first - a, last - a);
+      }
+    }
+    begin = end;
+  }
+  return ranges;
+}
+
+// Per parameter (one process, DDP: the model's tensors), or of the one
+// flat chunk parameter (ZeRO).
+optim::NoDecay no_decay(const std::vector<Tensor>& params, bool decay_all) {
+  optim::NoDecay none;
+  if (decay_all) return none;
+  for (const Tensor& p : params) {
+    none.push_back({});
+    if (!decays(p)) none.back().emplace_back(0, p.numel());
+  }
+  return none;
+}
+
 }  // namespace
 
 Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero,
-                 bool overlap)
+                 bool overlap, bool decay_all)
     : model_(std::move(model)), params_(model_->parameters()), comm_(comm), zero_(zero) {
   if (zero_ < 0 || zero_ > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", zero_));
   if (!comm_ && zero_ != 0) throw std::invalid_argument("Replica: one process alone has no ZeRO stage");
@@ -45,7 +81,7 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
   buckets.overlap = overlap;
   if (zero_ == 0) {
     if (comm_) ddp_ = std::make_unique<dist::DDP>(model_, *comm_, buckets);
-    adamw_ = std::make_unique<optim::AdamW>(params_, adamw);
+    adamw_ = std::make_unique<optim::AdamW>(params_, adamw, no_decay(params_, decay_all));
   } else {
     // Stage 3 gathers block by block; the embeddings and ln_f (2 to 3% of
     // the parameters at the sizes this trainer runs) stay gathered for the step.
@@ -54,8 +90,10 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
     if (zero_ == 3) {
       for (const auto& [name, block] : model_->h->named_children()) options.units.push_back(block);
     }
-    zero_optimizer_ =
-        std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw), params_, *comm_, zero_, options);
+    optim::NoDecay chunk_no_decay;
+    if (!decay_all) chunk_no_decay.push_back(no_decay_ranges(params_, a_, b_));
+    zero_optimizer_ = std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw, chunk_no_decay), params_,
+                                                            *comm_, zero_, options);
   }
   // The model was built in buffers of its own, copied by DDP and ZeRO into
   // their flat vectors: their lengths are never asked for again, so they go

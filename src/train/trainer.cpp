@@ -226,7 +226,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
     from = SafetensorsFile::open(find_checkpoint(o.resume.empty() ? o.init : o.resume));
     load_model(*from, *model);
   }
-  Replica replica(model, o.adamw, &comm, o.zero, o.overlap);
+  Replica replica(model, o.adamw, &comm, o.zero, o.overlap, o.decay_all);
   if (!o.resume.empty()) {
     start = read_checkpoint_info(*from).step;
     replica.load_optimizer_state(*from, static_cast<double>(start));

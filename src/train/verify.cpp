@@ -94,7 +94,7 @@ class VerifyObserver final : public TrainObserver {
         from = SafetensorsFile::open(find_checkpoint(start));
         load_model(*from, *model);
       }
-      reference_ = std::make_unique<Replica>(model, options_.adamw, nullptr, 0);
+      reference_ = std::make_unique<Replica>(model, options_.adamw, nullptr, 0, false, options_.decay_all);
       if (!options_.resume.empty()) reference_->load_optimizer_state(*from, static_cast<double>(step));
     }
     reference_->zero_grad();

@@ -31,10 +31,13 @@ inline constexpr int kNumRegions = 3;
 class Replica {
  public:
   // Collective when comm is given (DDP and ZeRO broadcast rank 0's
-  // parameters). overlap: dist::BucketOptions::overlap. std::invalid_argument
-  // for a zero outside 0..3.
+  // parameters). overlap: dist::BucketOptions::overlap. Weight decay takes
+  // the tensors of two or more dimensions only, the matrices and the
+  // embeddings (GPT-2's and nanoGPT's rule: not the biases and LayerNorm
+  // gains), or every parameter with decay_all. std::invalid_argument for a
+  // zero outside 0..3.
   Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero,
-          bool overlap = false);
+          bool overlap = false, bool decay_all = false);
   ~Replica();
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;

@@ -1,5 +1,5 @@
 // The training loop: the GPT of DESIGN.md on a byte corpus in DESIGN.md's
-// data order, AdamW decaying every parameter alike, on `world` ranks with
+// data order, AdamW decaying the matrices and embeddings, on `world` ranks with
 // DDP (zero 0) or a ZeRO stage, equal to one process. Rank r of p takes
 // rows [r·B/p, (r+1)·B/p) of each global batch and splits them into
 // grad_accum micro-batches; each micro-batch's mean loss is scaled by
@@ -38,6 +38,9 @@ struct TrainOptions {
   Backend backend = Backend::Auto;
   std::size_t grad_accum = 1;  // micro-batches per step on each rank
   double clip = 0;             // global gradient-norm limit; 0: none
+  // Weight decay on every parameter, not only the matrices and embeddings
+  // (Replica's rule).
+  bool decay_all = false;
   // The buckets' collectives (and stage 3's gathers) on a communication
   // thread beside backward (dist::BucketOptions::overlap); same results.
   bool overlap = false;
