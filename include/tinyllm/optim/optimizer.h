@@ -1,7 +1,7 @@
 // Optimizer: the interface SGD and AdamW share, and StateDict, every array an
 // optimizer holds, by name. It is not a parameter-group system: one set of
-// hyperparameters covers all parameters, as the trainer decays every
-// parameter alike. Reference: torch.optim.Optimizer and libtorch's
+// hyperparameters covers all parameters (AdamW's NoDecay ranges stand in
+// for the one group the trainer needs). Reference: torch.optim.Optimizer and libtorch's
 // torch::optim::Optimizer (step, zero_grad, state_dict, load_state_dict).
 #pragma once
 
