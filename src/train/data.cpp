@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -50,6 +51,37 @@ Batch Corpus::batch(std::size_t step, std::size_t batch, std::size_t seq, int ra
                        tokens_.begin() + static_cast<std::ptrdiff_t>(start + seq + 1));
   }
   return out;
+}
+
+Batch Corpus::windows(std::size_t first, std::size_t count, std::size_t seq) const {
+  if (first + count > num_windows(seq)) {
+    throw std::invalid_argument(fmt::format("{} has {} windows of {} + 1 tokens, not [{}, {})", name_, num_windows(seq),
+                                            seq, first, first + count));
+  }
+  Batch out{.batch = count, .seq = seq, .inputs = {}, .targets = {}};
+  const auto at = [&](std::size_t token) { return tokens_.begin() + static_cast<std::ptrdiff_t>(token); };
+  out.inputs.assign(at(first * seq), at((first + count) * seq));
+  for (std::size_t w = first; w < first + count; ++w)
+    out.targets.insert(out.targets.end(), at(w * seq + 1), at(w * seq + seq + 1));
+  return out;
+}
+
+std::pair<Corpus, Corpus> Corpus::split(double val_fraction, std::size_t seq) const {
+  if (!(val_fraction >= 0 && val_fraction < 1)) {
+    throw std::invalid_argument(fmt::format("--val-fraction must be in [0, 1) (got {})", val_fraction));
+  }
+  const auto n = static_cast<std::size_t>(std::floor((1 - val_fraction) * static_cast<double>(tokens_.size())));
+  const auto cut = tokens_.begin() + static_cast<std::ptrdiff_t>(n);
+  Corpus train({tokens_.begin(), cut}, name_);
+  Corpus val({cut, tokens_.end()}, fmt::format("the last {} tokens of {} (validation)", tokens_.size() - n, name_));
+  for (const Corpus* part : {&train, &val}) {
+    if (part->size() <= seq && (part == &train || val_fraction > 0)) {
+      throw std::invalid_argument(
+          fmt::format("--val-fraction {} leaves {} {} tokens of {}, too few for one window of {} + 1 tokens",
+                      val_fraction, part->size(), part == &train ? "training" : "validation", name_, seq));
+    }
+  }
+  return {std::move(train), std::move(val)};
 }
 
 }  // namespace tinyllm::train

@@ -9,6 +9,7 @@
 
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/optim/clip_grad.h"
+#include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/storage.h"
 
 namespace tinyllm::train {
@@ -121,6 +122,12 @@ double Replica::backward(const Batch& batch, std::size_t grad_accum) {
     loss.backward();
   }
   return loss_sum;
+}
+
+double Replica::eval_loss(const Batch& batch) {
+  if (zero_optimizer_) zero_optimizer_->gather();
+  const autograd::NoGradGuard no_grad;
+  return model_->loss(batch.inputs, batch.targets, batch.batch, batch.seq).item();
 }
 
 void Replica::zero_grad() {

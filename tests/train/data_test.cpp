@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <tinyllm/train/data.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,38 @@ TEST(CorpusTest, RanksTakeConsecutiveRowsOfTheGlobalBatch) {
     joined.insert(joined.end(), part.inputs.begin(), part.inputs.end());
   }
   EXPECT_EQ(joined, global.inputs);
+}
+
+TEST(CorpusTest, SplitKeepsTheFirstPartForTrainingAndTheRestForValidation) {
+  // N = 20, F = 0.25: ⌊0.75·20⌋ = 15 training tokens, 5 for validation.
+  const auto [train, val] = counting(20).split(0.25, 3);
+  EXPECT_EQ(train.size(), 15u);
+  EXPECT_EQ(val.size(), 5u);
+  // The training part's order is DESIGN.md's on its own 15 tokens: W = 4.
+  EXPECT_EQ(train.num_windows(3), 4u);
+  EXPECT_EQ(train.batch(1, 3, 3).inputs, (std::vector<int>{9, 10, 11, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(val.windows(0, 1, 3).inputs, (std::vector<int>{15, 16, 17}));
+  EXPECT_EQ(val.windows(0, 1, 3).targets, (std::vector<int>{16, 17, 18}));
+  const auto [whole, none] = counting(20).split(0, 3);
+  EXPECT_EQ(whole.size(), 20u);
+  EXPECT_EQ(none.size(), 0u);
+}
+
+TEST(CorpusTest, WindowsAreConsecutiveAndBounded) {
+  const Batch b = counting(11).windows(1, 2, 3);
+  EXPECT_EQ(b.batch, 2u);
+  EXPECT_EQ(b.inputs, (std::vector<int>{3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(b.targets, (std::vector<int>{4, 5, 6, 7, 8, 9}));
+  EXPECT_THROW_WITH(counting(11).windows(2, 2, 3), std::invalid_argument, "has 3 windows of 3 + 1 tokens, not [2, 4)");
+}
+
+TEST(CorpusTest, SplitRejectsAFractionOutOfRangeOrAPartTooShort) {
+  for (double bad : {-0.1, 1.0, std::nan("")}) {
+    EXPECT_THROW_WITH(counting(20).split(bad, 3), std::invalid_argument, "--val-fraction must be in [0, 1)");
+  }
+  EXPECT_THROW_WITH(counting(20).split(0.875, 3), std::invalid_argument,
+                    "--val-fraction 0.875 leaves 2 training tokens of corpus, too few for one window of 3 + 1 tokens");
+  EXPECT_THROW_WITH(counting(20).split(0.1, 3), std::invalid_argument, "leaves 2 validation tokens");
 }
 
 TEST(CorpusTest, LoadsBytesAsTokens) {

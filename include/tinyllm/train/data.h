@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tinyllm::train {
@@ -30,6 +31,15 @@ class Corpus {
 
   // This rank's rows of step `step`'s global batch of `batch` windows.
   Batch batch(std::size_t step, std::size_t batch, std::size_t seq, int rank = 0, int world = 1) const;
+  // Windows [first, first + count), all of them, in order; std::invalid_argument past the last.
+  Batch windows(std::size_t first, std::size_t count, std::size_t seq) const;
+
+  // The first ⌊(1 − val_fraction)·N⌋ tokens to train on and the rest to
+  // validate on, each a corpus of its own: DESIGN.md's order applies to the
+  // training part as if it were the whole file. std::invalid_argument for
+  // a fraction outside [0, 1), or a part of fewer than seq + 1 tokens (none
+  // is asked of an empty validation part, at fraction 0).
+  std::pair<Corpus, Corpus> split(double val_fraction, std::size_t seq) const;
 
  private:
   std::vector<int> tokens_;

@@ -46,6 +46,10 @@ class Replica {
   // of equal rows, each one's mean loss scaled by 1/grad_accum. Returns
   // the sum of the scaled losses (this rank's mean loss).
   double backward(const Batch& batch, std::size_t grad_accum);
+  // The mean loss of the batch's rows under no-grad, touching no gradient:
+  // for evaluation between steps. Collective in stage 3 (each block is
+  // gathered for its forward and freed after it).
+  double eval_loss(const Batch& batch);
 
   // Before a step's first backward: the full parameters (stage 3's gather)
   // and no gradients.
