@@ -1,0 +1,77 @@
+// GPT::generate, nanoGPT's sampling loop for one sequence: crop the context
+// to block_size, forward, scale the last logits by 1/temperature, keep the
+// top_k, softmax, draw. The draw is an inverse-CDF walk over one uniform
+// double from the project's Generator (53 bits of mt19937_64, the same on
+// every standard library, unlike std::discrete_distribution), so a seed
+// fixes the tokens wherever the forward computes the same logits.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <stdexcept>
+
+#include "tinyllm/nn/gpt.h"
+#include "tinyllm/tensor/autograd.h"
+
+namespace tinyllm::nn {
+namespace {
+
+void check_options(const GenerateOptions& options) {
+  if (!(options.temperature > 0) || !std::isfinite(options.temperature)) {
+    throw std::invalid_argument(
+        fmt::format("GPT::generate: temperature must be positive and finite (got {})", options.temperature));
+  }
+  if (options.top_k == 0) throw std::invalid_argument("GPT::generate: top_k must be at least 1 (got 0)");
+}
+
+// One token from softmax(logits / temperature) restricted to the logits at
+// least as large as the top_k-th largest (ties with it stay, as in nanoGPT).
+int sample_token(std::span<const double> logits, const GenerateOptions& options, Generator& gen) {
+  std::vector<double> sorted(logits.begin(), logits.end());
+  const std::size_t k = std::min(options.top_k, sorted.size());
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k - 1), sorted.end(), std::greater<>());
+  const double kth = sorted[k - 1];
+  const double largest = *std::max_element(logits.begin(), logits.end());
+  // Unnormalised softmax weights, shifted by the largest logit so exp cannot overflow.
+  std::vector<double> weights(logits.size(), 0.0);
+  double total = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] >= kth) weights[i] = std::exp((logits[i] - largest) / options.temperature);
+    total += weights[i];
+  }
+  if (!(total > 0) || !std::isfinite(total)) {
+    throw std::runtime_error(fmt::format("GPT::generate: the logits are not finite (largest {})", largest));
+  }
+  // The first token whose running sum passes u·total; should rounding
+  // leave u·total past the last sum, the last token that can be drawn.
+  const double target = gen.uniform() * total;
+  double sum = 0;
+  int last = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] == 0) continue;
+    sum += weights[i];
+    last = static_cast<int>(i);
+    if (target < sum) break;
+  }
+  return last;
+}
+
+}  // namespace
+
+std::vector<int> GPT::generate(std::span<const int> idx, const GenerateOptions& options, Generator& gen) const {
+  check_options(options);
+  if (idx.empty()) throw std::invalid_argument("GPT::generate: the prompt must hold at least one token (got 0)");
+  const autograd::NoGradGuard no_grad;
+  std::vector<int> out(idx.begin(), idx.end());
+  const std::size_t V = config_.vocab_size;
+  for (std::size_t n = 0; n < options.max_new_tokens; ++n) {
+    const std::size_t seq = std::min(out.size(), config_.block_size);
+    const std::span<const int> context(out.data() + out.size() - seq, seq);
+    const Tensor logits = forward(context, 1, seq);  // [1, seq, V]
+    out.push_back(sample_token(logits.data().subspan((seq - 1) * V, V), options, gen));
+  }
+  return out;
+}
+
+}  // namespace tinyllm::nn
