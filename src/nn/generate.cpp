@@ -17,14 +17,6 @@
 namespace tinyllm::nn {
 namespace {
 
-void check_options(const GenerateOptions& options) {
-  if (!(options.temperature > 0) || !std::isfinite(options.temperature)) {
-    throw std::invalid_argument(
-        fmt::format("GPT::generate: temperature must be positive and finite (got {})", options.temperature));
-  }
-  if (options.top_k == 0) throw std::invalid_argument("GPT::generate: top_k must be at least 1 (got 0)");
-}
-
 // One token from softmax(logits / temperature) restricted to the logits at
 // least as large as the top_k-th largest (ties with it stay, as in nanoGPT).
 int sample_token(std::span<const double> logits, const GenerateOptions& options, Generator& gen) {
@@ -59,8 +51,16 @@ int sample_token(std::span<const double> logits, const GenerateOptions& options,
 
 }  // namespace
 
+void GenerateOptions::check() const {
+  if (!(temperature > 0) || !std::isfinite(temperature)) {
+    throw std::invalid_argument(
+        fmt::format("GPT::generate: temperature must be positive and finite (got {})", temperature));
+  }
+  if (top_k == 0) throw std::invalid_argument("GPT::generate: top_k must be at least 1 (got 0)");
+}
+
 std::vector<int> GPT::generate(std::span<const int> idx, const GenerateOptions& options, Generator& gen) const {
-  check_options(options);
+  options.check();
   if (idx.empty()) throw std::invalid_argument("GPT::generate: the prompt must hold at least one token (got 0)");
   const autograd::NoGradGuard no_grad;
   std::vector<int> out(idx.begin(), idx.end());
