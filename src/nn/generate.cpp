@@ -1,6 +1,7 @@
 // GPT::generate, nanoGPT's sampling loop for one sequence: crop the context
-// to block_size, forward, scale the last logits by 1/temperature, keep the
-// top_k, softmax, draw. The draw is an inverse-CDF walk over one uniform
+// to block_size, forward (one token at a time through a KVCache while the
+// context fits), scale the last logits by 1/temperature, keep the top_k,
+// softmax, draw. The draw is an inverse-CDF walk over one uniform
 // double from the project's Generator (53 bits of mt19937_64, the same on
 // every standard library, unlike std::discrete_distribution), so a seed
 // fixes the tokens wherever the forward computes the same logits.
@@ -9,9 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 
 #include "tinyllm/nn/gpt.h"
+#include "tinyllm/nn/kv_cache.h"
 #include "tinyllm/tensor/autograd.h"
 
 namespace tinyllm::nn {
@@ -49,6 +52,22 @@ int sample_token(std::span<const double> logits, const GenerateOptions& options,
   return last;
 }
 
+// The logits after the last token of out: from the cache, fed the tokens it
+// lacks, while out fits in block_size; else a forward over its last
+// block_size tokens.
+std::vector<double> next_logits(const GPT& model, const std::vector<int>& out, std::optional<KVCache>& cache) {
+  const std::size_t T = model.config().block_size, V = model.config().vocab_size;
+  if (cache && out.size() <= T) {
+    std::vector<double> logits;
+    while (cache->size() < out.size()) logits = cache->forward(out[cache->size()]);
+    return logits;
+  }
+  const std::size_t seq = std::min(out.size(), T);
+  const std::span<const int> context(out.data() + out.size() - seq, seq);
+  const std::vector<double> logits = model.forward(context, 1, seq).to_vector();  // [1, seq, V]
+  return {logits.end() - static_cast<std::ptrdiff_t>(V), logits.end()};
+}
+
 }  // namespace
 
 void GenerateOptions::check() const {
@@ -64,12 +83,10 @@ std::vector<int> GPT::generate(std::span<const int> idx, const GenerateOptions& 
   if (idx.empty()) throw std::invalid_argument("GPT::generate: the prompt must hold at least one token (got 0)");
   const autograd::NoGradGuard no_grad;
   std::vector<int> out(idx.begin(), idx.end());
-  const std::size_t V = config_.vocab_size;
+  std::optional<KVCache> cache;
+  if (options.use_cache) cache.emplace(*this);
   for (std::size_t n = 0; n < options.max_new_tokens; ++n) {
-    const std::size_t seq = std::min(out.size(), config_.block_size);
-    const std::span<const int> context(out.data() + out.size() - seq, seq);
-    const Tensor logits = forward(context, 1, seq);  // [1, seq, V]
-    out.push_back(sample_token(logits.data().subspan((seq - 1) * V, V), options, gen));
+    out.push_back(sample_token(next_logits(*this, out, cache), options, gen));
   }
   return out;
 }

@@ -43,6 +43,10 @@ struct GenerateOptions {
   // Sample among the top_k most likely tokens (1: greedy); >= 1, and any
   // value from the vocabulary size up keeps every token.
   std::size_t top_k = std::numeric_limits<std::size_t>::max();
+  // While the context fits in block_size, run each new token alone against
+  // the keys and values kept in a KVCache (nn/kv_cache.h); the same tokens
+  // as without, but for rounding.
+  bool use_cache = true;
 
   // std::invalid_argument naming the value: a temperature that is not
   // positive and finite, or a top_k of 0.
