@@ -1,14 +1,18 @@
 // The tinyllm command: train, verify (the capstone check: P ranks against
-// one process), memory (the per-rank byte table) and diff (two checkpoints
-// compared). The only place that catches, prints and exits.
+// one process), memory (the per-rank byte table), diff (two checkpoints
+// compared) and sample (text from a checkpoint). The only place that
+// catches, prints and exits.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "tinyllm/dist/chunk.h"
 #include "tinyllm/train/checkpoint.h"
@@ -243,6 +247,64 @@ int run_diff(const std::string& a, const std::string& b, double tolerance) {
   return 0;
 }
 
+struct SampleOptions {
+  std::string checkpoint;
+  std::string prompt = "\n";  // nanoGPT's sample.py starts from a newline too
+  std::size_t samples = 1;
+  std::uint64_t seed = 1337;
+  nn::GenerateOptions generate{.max_new_tokens = 200, .top_k = 200};
+};
+
+// The prompt's bytes as token ids, checked against the model's vocabulary.
+std::vector<int> prompt_tokens(const std::string& prompt, std::size_t vocab_size) {
+  if (prompt.empty()) throw std::invalid_argument("--prompt must hold at least one byte (got an empty prompt)");
+  std::vector<int> idx(prompt.begin(), prompt.end());
+  for (int& t : idx) {
+    t = static_cast<unsigned char>(t);
+    if (static_cast<std::size_t>(t) >= vocab_size) {
+      throw std::invalid_argument(
+          fmt::format("--prompt byte {} is outside the model's vocabulary of {} tokens", t, vocab_size));
+    }
+  }
+  return idx;
+}
+
+// Each sample is the prompt and its continuation, printed as bytes on
+// stdout with a separator line between samples; what it did goes to stderr,
+// so stdout holds only the text.
+int run_sample(const SampleOptions& o) {
+  o.generate.check();
+  const train::SafetensorsFile file = train::SafetensorsFile::open(train::find_checkpoint(o.checkpoint));
+  const train::CheckpointInfo info = train::read_checkpoint_info(file);
+  const nn::GPTConfig& c = info.config;
+  if (c.vocab_size > 256) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}' has a vocabulary of {} tokens, more than the 256 bytes sample prints", file.path(),
+                    c.vocab_size));
+  }
+  const std::unique_ptr<nn::GPT> model = train::load_gpt(file);
+  std::vector<int> idx = prompt_tokens(o.prompt, c.vocab_size);
+  fmt::print(stderr, "tinyllm sample: {} (step {}, L={} H={} C={} T={}), {} new tokens, temperature {}, top-k {}\n",
+             file.path(), info.step, c.n_layer, c.n_head, c.n_embd, c.block_size, o.generate.max_new_tokens,
+             o.generate.temperature, std::min(o.generate.top_k, c.vocab_size));
+  if (idx.size() > c.block_size) {
+    fmt::print(stderr,
+               "tinyllm sample: the prompt's {} bytes exceed the model's context: it continues from the last {}\n",
+               idx.size(), c.block_size);
+    idx.erase(idx.begin(), idx.end() - static_cast<std::ptrdiff_t>(c.block_size));
+  }
+  Generator gen(o.seed);
+  for (std::size_t s = 0; s < o.samples; ++s) {
+    if (s > 0) fmt::print("---------------\n");
+    const std::vector<int> out = model->generate(idx, o.generate, gen);
+    std::string text = o.prompt;
+    for (std::size_t i = idx.size(); i < out.size(); ++i) text.push_back(static_cast<char>(out[i]));
+    fmt::print("{}\n", text);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,6 +343,21 @@ int main(int argc, char** argv) {
   diff->add_option("b", diff_b, "checkpoint (or directory: its latest)")->required();
   diff->add_option("--tolerance", diff_tolerance, "largest difference allowed")->capture_default_str();
 
+  SampleOptions sample_options;
+  CLI::App* sample = app.add_subcommand("sample", "text from a checkpoint: the prompt and its continuation");
+  sample->add_option("checkpoint", sample_options.checkpoint, "checkpoint (or directory: its latest)")->required();
+  sample->add_option("--prompt", sample_options.prompt, "text to continue (default: a newline)");
+  sample->add_option("--tokens", sample_options.generate.max_new_tokens, "new tokens (bytes) per sample")
+      ->capture_default_str();
+  sample->add_option("--temperature", sample_options.generate.temperature, "divides the logits; > 0")
+      ->capture_default_str();
+  sample->add_option("--top-k", sample_options.generate.top_k, "draw among the K most likely (1: greedy)")
+      ->capture_default_str();
+  sample->add_option("--samples", sample_options.samples, "samples, one after another from one generator")
+      ->capture_default_str();
+  sample->add_option("--seed", sample_options.seed, "sampling seed: the same seed gives the same bytes")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (train->parsed()) {
@@ -297,6 +374,7 @@ int main(int argc, char** argv) {
     }
     if (memory->parsed()) return run_memory(memory_config, memory_world);
     if (diff->parsed()) return run_diff(diff_a, diff_b, diff_tolerance);
+    if (sample->parsed()) return run_sample(sample_options);
   } catch (const std::exception& e) {
     fmt::print(stderr, "tinyllm: error: {}\n", e.what());
     std::fflush(stdout);

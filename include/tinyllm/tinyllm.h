@@ -13,6 +13,7 @@
 #include "tinyllm/nn/block.h"
 #include "tinyllm/nn/embedding.h"
 #include "tinyllm/nn/gpt.h"
+#include "tinyllm/nn/kv_cache.h"
 #include "tinyllm/nn/layer_norm.h"
 #include "tinyllm/nn/linear.h"
 #include "tinyllm/nn/mlp.h"

@@ -138,6 +138,12 @@ void load_model(const SafetensorsFile& file, const nn::GPT& model) {
   }
 }
 
+std::unique_ptr<nn::GPT> load_gpt(const SafetensorsFile& file) {
+  auto model = std::make_unique<nn::GPT>(read_checkpoint_info(file).config);
+  load_model(file, *model);
+  return model;
+}
+
 std::array<double, kNumRegions> checkpoint_diff(const SafetensorsFile& a, const SafetensorsFile& b) {
   const auto same = [](const TensorInfo& x, const TensorInfo& y) { return x.name == y.name && x.shape == y.shape; };
   if (!std::equal(a.tensors().begin(), a.tensors().end(), b.tensors().begin(), b.tensors().end(), same) ||

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "tinyllm/nn/embedding.h"
 #include "tinyllm/nn/layer_norm.h"
 #include "tinyllm/nn/module.h"
+#include "tinyllm/tensor/random.h"
 
 namespace tinyllm::nn {
 
@@ -34,6 +36,23 @@ struct GPTConfig {
   static constexpr std::size_t kTensorsPerBlock = 12;
 };
 
+// nanoGPT's generate() settings.
+struct GenerateOptions {
+  std::size_t max_new_tokens = 200;
+  double temperature = 1.0;  // > 0 and finite: below 1 sharpens the distribution, above 1 flattens it
+  // Sample among the top_k most likely tokens (1: greedy); >= 1, and any
+  // value from the vocabulary size up keeps every token.
+  std::size_t top_k = std::numeric_limits<std::size_t>::max();
+  // While the context fits in block_size, run each new token alone against
+  // the keys and values kept in a KVCache (nn/kv_cache.h); the same tokens
+  // as without, but for rounding.
+  bool use_cache = true;
+
+  // std::invalid_argument naming the value: a temperature that is not
+  // positive and finite, or a top_k of 0.
+  void check() const;
+};
+
 class GPT : public Module {
  public:
   explicit GPT(const GPTConfig& config, std::uint64_t seed = 1337);
@@ -42,6 +61,12 @@ class GPT : public Module {
   Tensor forward(std::span<const int> idx, std::size_t batch, std::size_t seq) const;  // logits [B, T, V]
   // Mean cross-entropy over all B·T positions.
   Tensor loss(std::span<const int> idx, std::span<const int> targets, std::size_t batch, std::size_t seq) const;
+
+  // nanoGPT's generate (src/nn/generate.cpp): idx followed by
+  // max_new_tokens tokens, each drawn from the last position's logits on
+  // the context cropped to its last block_size tokens, under no-grad.
+  // std::invalid_argument for an empty idx or a bad temperature or top_k.
+  std::vector<int> generate(std::span<const int> idx, const GenerateOptions& options, Generator& gen) const;
 
   const GPTConfig& config() const { return config_; }
 

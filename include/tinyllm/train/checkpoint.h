@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ CheckpointInfo read_checkpoint_info(const SafetensorsFile& file);
 // the file range by range when its values are made, so the file must stay
 // open until then (a stage-3 ZeroOptimizer makes them as it is built).
 void load_model(const SafetensorsFile& file, const nn::GPT& model);
+// A model of the checkpoint's sizes holding its parameters (the optimizer
+// state is left unread), e.g. to sample from; whatever world and stage wrote
+// it. Throws as read_checkpoint_info and load_model do.
+std::unique_ptr<nn::GPT> load_gpt(const SafetensorsFile& file);
 
 // The largest |a − b| in each region of two checkpoints of the same model
 // (parameters, exp_avg, exp_avg_sq): how two runs compare. Throws
