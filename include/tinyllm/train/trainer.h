@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "tinyllm/dist/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
+#include "tinyllm/optim/lr_schedule.h"
 #include "tinyllm/train/launch.h"
 #include "tinyllm/train/replica.h"
 
@@ -24,6 +26,10 @@ namespace tinyllm::train {
 // Present on every Debian machine (package base-files): a real English text
 // to learn from without downloading anything.
 inline constexpr const char* kDefaultCorpus = "/usr/share/common-licenses/GPL-3";
+
+// The warmup a cosine schedule gets unless told: 1/20 of its decay steps
+// (25 of the default 500), rounded down.
+inline constexpr std::size_t kDefaultWarmupShare = 20;
 
 struct TrainOptions {
   nn::GPTConfig model;
@@ -37,7 +43,12 @@ struct TrainOptions {
   int zero = 0;   // 0: DDP; 1, 2, 3: ZeRO's stages
   Backend backend = Backend::Auto;
   std::size_t grad_accum = 1;  // micro-batches per step on each rank
-  double clip = 0;             // global gradient-norm limit; 0: none
+  double clip = 1.0;           // global gradient-norm limit; 0: none
+  // Step s trains at lr_schedule(*this).get_lr(s), adamw.lr its peak.
+  optim::LRScheduleKind schedule = optim::LRScheduleKind::Cosine;
+  std::optional<std::size_t> warmup_steps;  // absent: kDefaultWarmupShare of the decay steps
+  std::size_t decay_steps = 0;              // 0: steps
+  std::optional<double> min_lr;             // absent: adamw.lr / 10
   // The buckets' collectives (and stage 3's gathers) on a communication
   // thread beside backward (dist::BucketOptions::overlap); same results.
   bool overlap = false;
@@ -65,6 +76,7 @@ struct RankStats {
 
 struct StepReport {
   std::size_t step = 0;  // from 0
+  double lr = 0;         // the learning rate the step used
   double loss = 0.0;     // mean over the global batch
   double grad_norm = 0;  // before clipping (only when clipping)
   double seconds = 0.0;  // wall time of this step
@@ -103,6 +115,10 @@ class TrainObserver {
   virtual void on_end(const TrainSummary& /*summary*/) {}
   virtual void after_step(dist::Comm& /*comm*/, Replica& /*replica*/, std::size_t /*step*/, double /*loss*/) {}
 };
+
+// The schedule of the options' run, its defaults filled in:
+// std::invalid_argument as optim::LRSchedule for bad values.
+optim::LRSchedule lr_schedule(const TrainOptions& options);
 
 // Checks everything it can before any rank starts (the data, the model's
 // sizes, the batch against world and grad_accum, the checkpoint to resume,
