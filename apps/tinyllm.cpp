@@ -129,8 +129,8 @@ std::string describe_update(const train::TrainOptions& o) {
   const optim::LRScheduleOptions& s = schedule.options();
   const std::string lr = s.kind == optim::LRScheduleKind::Constant
                              ? fmt::format("lr {:g} constant", schedule.lr())
-                             : fmt::format("lr {:g} cosine (warmup {} steps, down to {:g} at step {})", schedule.lr(),
-                                           s.warmup_steps, s.min_lr, s.decay_steps);
+                             : fmt::format("lr {:g} cosine (warmup {} step{}, down to {:g} at step {})", schedule.lr(),
+                                           s.warmup_steps, s.warmup_steps == 1 ? "" : "s", s.min_lr, s.decay_steps);
   return fmt::format("{}, {}", lr, o.clip > 0 ? fmt::format("clip {:g}", o.clip) : "no clipping");
 }
 
