@@ -321,7 +321,7 @@ optim::LRSchedule lr_schedule(const TrainOptions& options) {
   const std::size_t decay_steps = options.decay_steps == 0 ? options.steps : options.decay_steps;
   return optim::LRSchedule(options.adamw.lr,
                            {.kind = options.schedule,
-                            .warmup_steps = options.warmup_steps.value_or(decay_steps / kDefaultWarmupShare),
+                            .warmup_steps = options.warmup_steps.value_or(decay_steps / kDefaultWarmupDivisor),
                             .decay_steps = decay_steps,
                             .min_lr = options.min_lr.value_or(options.adamw.lr / 10)});
 }

@@ -71,10 +71,8 @@ TEST(ReplicaOverlapTest, EveryModeTrainsTheSameBitsAndPeaksAsTheTheorySays) {
         for (bool overlap : {false, true}) {
           const dist::MemoryBytes want = train::peak_bytes(zero, o.model, 3, comm.rank(), grad_accum, overlap);
           const dist::MemoryBytes got = overlap ? overlapped.peak : plain.peak;
-          EXPECT_EQ(got.grads, want.grads) << "zero " << zero << ", grad_accum " << grad_accum << ", rank "
-                                           << comm.rank() << (overlap ? ", overlap" : "");
-          EXPECT_EQ(got.params, want.params) << "zero " << zero << ", grad_accum " << grad_accum << ", rank "
-                                             << comm.rank() << (overlap ? ", overlap" : "");
+          EXPECT_EQ(got.grads, want.grads) << "zero " << zero << ", grad_accum " << grad_accum << ", rank " << comm.rank() << (overlap ? ", overlap" : "");
+          EXPECT_EQ(got.params, want.params) << "zero " << zero << ", grad_accum " << grad_accum << ", rank " << comm.rank() << (overlap ? ", overlap" : "");
         }
       });
     }

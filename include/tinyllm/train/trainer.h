@@ -1,5 +1,6 @@
 // The training loop: the GPT of DESIGN.md on a byte corpus in DESIGN.md's
-// data order, AdamW decaying every parameter alike, on `world` ranks with
+// data order, AdamW decaying every parameter alike at each step's lr from
+// the schedule (optim::LRSchedule) after clipping, on `world` ranks with
 // DDP (zero 0) or a ZeRO stage, equal to one process. Rank r of p takes
 // rows [r·B/p, (r+1)·B/p) of each global batch and splits them into
 // grad_accum micro-batches; each micro-batch's mean loss is scaled by
@@ -29,7 +30,7 @@ inline constexpr const char* kDefaultCorpus = "/usr/share/common-licenses/GPL-3"
 
 // The warmup a cosine schedule gets unless told: 1/20 of its decay steps
 // (25 of the default 500), rounded down.
-inline constexpr std::size_t kDefaultWarmupShare = 20;
+inline constexpr std::size_t kDefaultWarmupDivisor = 20;
 
 struct TrainOptions {
   nn::GPTConfig model;
@@ -46,7 +47,7 @@ struct TrainOptions {
   double clip = 1.0;           // global gradient-norm limit; 0: none
   // Step s trains at lr_schedule(*this).get_lr(s), adamw.lr its peak.
   optim::LRScheduleKind schedule = optim::LRScheduleKind::Cosine;
-  std::optional<std::size_t> warmup_steps;  // absent: kDefaultWarmupShare of the decay steps
+  std::optional<std::size_t> warmup_steps;  // absent: the decay steps / kDefaultWarmupDivisor
   std::size_t decay_steps = 0;              // 0: steps
   std::optional<double> min_lr;             // absent: adamw.lr / 10
   // The buckets' collectives (and stage 3's gathers) on a communication
