@@ -58,13 +58,28 @@ struct RunFlags {
   CLI::Option* world = nullptr;
 };
 
-RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
+// The flags given as names, parsed once CLI11 is done so that a bad one
+// gets this command's error message and exit status.
+struct RunNames {
+  std::string backend = "auto";
+  std::string schedule = "cosine";
+};
+
+RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   RunFlags flags{.model = add_model(app, o.model)};
   app.add_option("--data", o.data, "corpus file, one token per byte")->capture_default_str();
   flags.batch =
       app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "optimizer steps (a resumed run counts its earlier ones)")->capture_default_str();
-  app.add_option("--lr", o.adamw.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--lr", o.adamw.lr, "AdamW learning rate (the schedule's peak)")->capture_default_str();
+  app.add_option("--schedule", names.schedule,
+                 "learning rate by step: cosine (nanoGPT's linear warmup, cosine decay to --min-lr, then --min-lr) "
+                 "or constant (--lr throughout)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "cosine: steps of linear warmup (default: 1/20 of the decay steps)");
+  app.add_option("--decay-steps", o.decay_steps, "cosine: the step it reaches --min-lr at (0: --steps)")
+      ->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "cosine: the learning rate after the decay (default: --lr / 10)");
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   app.add_option("--beta1", o.adamw.betas.first, "AdamW beta1")->capture_default_str();
   app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2")->capture_default_str();
@@ -74,7 +89,7 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
                     ->capture_default_str()
                     ->check(CLI::NonNegativeNumber);
   app.add_option("--zero", o.zero, "0: DDP; 1, 2, 3: ZeRO stage")->capture_default_str()->check(CLI::Range(0, 3));
-  app.add_option("--backend", backend, "auto, threads, procs or mpi")->capture_default_str();
+  app.add_option("--backend", names.backend, "auto, threads, procs or mpi")->capture_default_str();
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per step")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -88,6 +103,11 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, std::string& backend) {
       ->capture_default_str();
   app.add_option("--init", o.init, "start from this checkpoint's weights (fresh optimizer, step 0)");
   return flags;
+}
+
+void parse_names(train::TrainOptions& o, const RunNames& names) {
+  o.backend = train::parse_backend(names.backend);
+  o.schedule = optim::parse_lr_schedule(names.schedule);
 }
 
 // Under mpirun, the world is mpirun's unless --world says otherwise (then
@@ -108,6 +128,18 @@ void adopt_checkpoint(train::TrainOptions& o, const RunFlags& flags) {
   if (!o.resume.empty() && flags.seed->count() == 0) o.seed = info.seed;
 }
 
+// The update's settings: "lr 0.001 cosine (warmup 25 steps, down to 0.0001
+// at step 500), clip 1".
+std::string describe_update(const train::TrainOptions& o) {
+  const optim::LRSchedule schedule = train::lr_schedule(o);
+  const optim::LRScheduleOptions& s = schedule.options();
+  const std::string lr = s.kind == optim::LRScheduleKind::Constant
+                             ? fmt::format("lr {:g} constant", schedule.lr())
+                             : fmt::format("lr {:g} cosine (warmup {} step{}, down to {:g} at step {})", schedule.lr(),
+                                           s.warmup_steps, s.warmup_steps == 1 ? "" : "s", s.min_lr, s.decay_steps);
+  return fmt::format("{}, {}", lr, o.clip > 0 ? fmt::format("clip {:g}", o.clip) : "no clipping");
+}
+
 // Prints on rank 0: a live line on a terminal, plain lines when piped.
 class Printer final : public train::TrainObserver {
  public:
@@ -119,9 +151,10 @@ class Printer final : public train::TrainObserver {
     fmt::print("tinyllm train: L={} H={} C={} T={}, {} parameters, on {} ({} windows), batch {}, steps {}..{}\n",
                options_.model.n_layer, options_.model.n_head, options_.model.n_embd, options_.model.block_size,
                info.num_parameters, info.corpus, info.num_windows, options_.batch, info.start_step + 1, options_.steps);
-    fmt::print("{} on {} rank{} ({}){}\n", mode_name(options_.zero), info.world, info.world == 1 ? "" : "s",
+    fmt::print("{} on {} rank{} ({}){}, {}\n", mode_name(options_.zero), info.world, info.world == 1 ? "" : "s",
                train::backend_name(info.backend),
-               options_.grad_accum > 1 ? fmt::format(", {} micro-batches per step", options_.grad_accum) : "");
+               options_.grad_accum > 1 ? fmt::format(", {} micro-batches per step", options_.grad_accum) : "",
+               describe_update(options_));
     std::fflush(stdout);
     start_ = info.start_step;
   }
@@ -130,8 +163,8 @@ class Printer final : public train::TrainObserver {
     seconds_ += r.seconds;
     const double done = static_cast<double>(r.step + 1 - start_);
     const double eta = seconds_ / done * static_cast<double>(options_.steps - r.step - 1);
-    const std::string line = fmt::format("step {:>5}/{}  loss {:.4f}  {:>8.0f} tokens/s", r.step + 1, options_.steps,
-                                         r.loss, r.tokens_per_second);
+    const std::string line = fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.3e}  {:>8.0f} tokens/s", r.step + 1,
+                                         options_.steps, r.loss, r.lr, r.tokens_per_second);
     if (live_) {
       fmt::print("\r{}  ETA {:.0f} s\033[K", line, eta);
     } else {
@@ -179,11 +212,11 @@ int run_verify(const train::TrainOptions& o) {
   double worst = 0;
   bool within = true, same_bits = true;
   const auto on_start = [&](const train::RunInfo& info) {
-    fmt::print("tinyllm verify: {} on {} ranks ({}) against one process, L={} H={} C={} T={}, batch {}{}{}, {} steps\n",
-               mode_name(o.zero), info.world, train::backend_name(info.backend), o.model.n_layer, o.model.n_head,
-               o.model.n_embd, o.model.block_size, o.batch,
-               o.grad_accum > 1 ? fmt::format(", grad-accum {}", o.grad_accum) : "",
-               o.clip > 0 ? fmt::format(", clip {}", o.clip) : "", o.steps);
+    fmt::print(
+        "tinyllm verify: {} on {} ranks ({}) against one process, L={} H={} C={} T={}, batch {}{}, {}, {} steps\n",
+        mode_name(o.zero), info.world, train::backend_name(info.backend), o.model.n_layer, o.model.n_head,
+        o.model.n_embd, o.model.block_size, o.batch,
+        o.grad_accum > 1 ? fmt::format(", grad-accum {}", o.grad_accum) : "", describe_update(o), o.steps);
     fmt::print("{:>5}  {:>10}  {:>9}  {:>9}  {:>9}  {:>10}  {}\n", "step", "loss", "|Δloss|", "|Δparam|", "|Δexp_avg|",
                "|Δexp_avg_sq|", "ranks bit-identical");
   };
@@ -312,9 +345,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   train::TrainOptions train_options;
-  std::string train_backend = "auto";
+  RunNames train_names;
   CLI::App* train = app.add_subcommand("train", "train the GPT on a byte corpus, on one or more ranks");
-  const RunFlags train_flags = add_run(*train, train_options, train_backend);
+  const RunFlags train_flags = add_run(*train, train_options, train_names);
   train->add_option("--metrics", train_options.metrics, "write one JSON object per step to this file");
   train->add_option("--save", train_options.save_dir,
                     "write checkpoints to this directory (at the end, and see --save-every)");
@@ -322,12 +355,12 @@ int main(int argc, char** argv) {
   train->add_option("--resume", train_options.resume, "continue from this checkpoint (or the latest in a directory)");
 
   train::TrainOptions verify_options;
-  std::string verify_backend = "auto";
+  RunNames verify_names;
   verify_options.steps = 50;  // twice the work of a run, on rank 0: keep the default check near a minute
   verify_options.world = 4;
   verify_options.zero = 2;
   CLI::App* verify = app.add_subcommand("verify", "train on P ranks and one process side by side; exit 1 above 1e-10");
-  const RunFlags verify_flags = add_run(*verify, verify_options, verify_backend);
+  const RunFlags verify_flags = add_run(*verify, verify_options, verify_names);
 
   nn::GPTConfig memory_config;
   int memory_world = 4;
@@ -361,13 +394,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (train->parsed()) {
-      train_options.backend = train::parse_backend(train_backend);
+      parse_names(train_options, train_names);
       adopt_mpirun_world(train_options, train_flags);
       adopt_checkpoint(train_options, train_flags);
       return run_train(train_options);
     }
     if (verify->parsed()) {
-      verify_options.backend = train::parse_backend(verify_backend);
+      parse_names(verify_options, verify_names);
       adopt_mpirun_world(verify_options, verify_flags);
       adopt_checkpoint(verify_options, verify_flags);
       return run_verify(verify_options);

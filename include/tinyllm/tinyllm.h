@@ -20,6 +20,7 @@
 #include "tinyllm/nn/module.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/clip_grad.h"
+#include "tinyllm/optim/lr_schedule.h"
 #include "tinyllm/optim/optimizer.h"
 #include "tinyllm/optim/sgd.h"
 #include "tinyllm/tensor/autograd.h"

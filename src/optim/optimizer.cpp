@@ -1,4 +1,4 @@
-// The shared half of every optimizer: parameter checks, zero_grad, and the
+// The shared half of every optimizer: parameter checks, zero_grad, set_lr and the
 // parsing of a StateDict's "<index>.<field>" names that load_state_dict needs.
 #include "tinyllm/optim/optimizer.h"
 
@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <cmath>
 #include <stdexcept>
 
 namespace tinyllm::optim {
@@ -36,6 +37,13 @@ Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
       }
     }
   }
+}
+
+void Optimizer::set_lr(double lr) {
+  if (!(std::isfinite(lr) && lr >= 0)) {
+    throw std::invalid_argument(fmt::format("Optimizer: lr must be finite and >= 0 (got {})", lr));
+  }
+  apply_lr(lr);
 }
 
 void Optimizer::zero_grad() {

@@ -113,9 +113,9 @@ std::string metrics_line(const StepReport& report) {
         s.bytes_sent, s.theory_sent);
   }
   return fmt::format(
-      "{{\"step\":{},\"loss\":{:.17g},\"seconds\":{:.9g},\"tokens_per_second\":{:.9g},\"grad_norm\":{:.17g},"
-      "\"ranks\":[{}]}}",
-      report.step, report.loss, report.seconds, report.tokens_per_second, report.grad_norm, ranks);
+      "{{\"step\":{},\"loss\":{:.17g},\"lr\":{:.17g},\"seconds\":{:.9g},\"tokens_per_second\":{:.9g},"
+      "\"grad_norm\":{:.17g},\"ranks\":[{}]}}",
+      report.step, report.loss, report.lr, report.seconds, report.tokens_per_second, report.grad_norm, ranks);
 }
 
 }  // namespace tinyllm::train

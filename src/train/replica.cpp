@@ -152,6 +152,14 @@ double Replica::step(double clip) {
   return norm;
 }
 
+optim::Optimizer& Replica::optimizer() const {
+  return zero_optimizer_ ? zero_optimizer_->inner() : static_cast<optim::Optimizer&>(*adamw_);
+}
+
+void Replica::set_lr(double lr) { optimizer().set_lr(lr); }
+
+double Replica::lr() const { return optimizer().lr(); }
+
 dist::MemoryBytes Replica::memory_bytes() const {
   if (zero_optimizer_) return zero_optimizer_->memory_bytes();
   std::size_t grads = 0;
@@ -171,9 +179,7 @@ void Replica::reset_peak_memory_bytes() {
   if (zero_optimizer_) zero_optimizer_->reset_peak_memory_bytes();
 }
 
-double Replica::adam_step() const {
-  return state_step(zero_optimizer_ ? zero_optimizer_->inner().state_dict() : adamw_->state_dict());
-}
+double Replica::adam_step() const { return state_step(optimizer().state_dict()); }
 
 std::vector<std::span<const double>> Replica::segments(Region region) const {
   std::vector<std::span<const double>> out;

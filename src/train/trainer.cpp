@@ -90,6 +90,7 @@ dist::CommOptions comm_options(const TrainOptions& o) {
 void check_options(const TrainOptions& o, const Corpus& corpus) {
   o.model.check();
   optim::AdamW::factory(o.adamw);
+  lr_schedule(o);
   if (o.zero < 0 || o.zero > 3)
     throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", o.zero));
   if (o.grad_accum == 0) throw std::invalid_argument("--grad-accum must be at least 1 (got 0)");
@@ -233,6 +234,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
   }
   from.reset();
 
+  const optim::LRSchedule schedule = lr_schedule(o);
   const std::size_t n = replica.num_parameters(), T = o.model.block_size, B = o.batch;
   std::ofstream metrics;
   if (r == 0) {
@@ -258,6 +260,8 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
     double loss = local;
     comm.all_reduce({&loss, 1}, dist::ReduceOp::Mean);  // the global batch's mean, the same on every rank
     if (!std::isfinite(loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", loss, step));
+    const double lr = schedule.get_lr(step);
+    replica.set_lr(lr);
     const double grad_norm = replica.step(o.clip);
     const dist::MemoryBytes state = replica.memory_bytes();
     peak = max_of(max_of(peak, state), replica.peak_memory_bytes());
@@ -270,6 +274,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
                          .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
                          .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum)};
     const StepReport report{.step = step,
+                            .lr = lr,
                             .loss = loss,
                             .grad_norm = grad_norm,
                             .seconds = seconds,
@@ -311,6 +316,15 @@ class CallbackObserver final : public TrainObserver {
 };
 
 }  // namespace
+
+optim::LRSchedule lr_schedule(const TrainOptions& options) {
+  const std::size_t decay_steps = options.decay_steps == 0 ? options.steps : options.decay_steps;
+  return optim::LRSchedule(options.adamw.lr,
+                           {.kind = options.schedule,
+                            .warmup_steps = options.warmup_steps.value_or(decay_steps / kDefaultWarmupDivisor),
+                            .decay_steps = decay_steps,
+                            .min_lr = options.min_lr.value_or(options.adamw.lr / 10)});
+}
 
 TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
   const Corpus corpus = Corpus::load(options.data);

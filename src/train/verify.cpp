@@ -22,7 +22,12 @@ class VerifyObserver final : public TrainObserver {
  public:
   VerifyObserver(const TrainOptions& options, const Corpus& corpus, const std::function<void(const RunInfo&)>& on_start,
                  const std::function<void(const VerifyStep&)>& on_step, double tolerance)
-      : options_(options), corpus_(corpus), on_start_(on_start), on_step_(on_step), tolerance_(tolerance) {}
+      : options_(options),
+        schedule_(lr_schedule(options)),
+        corpus_(corpus),
+        on_start_(on_start),
+        on_step_(on_step),
+        tolerance_(tolerance) {}
 
   void on_start(const RunInfo& info) override {
     if (on_start_) on_start_(info);
@@ -100,11 +105,13 @@ class VerifyObserver final : public TrainObserver {
     reference_->zero_grad();
     const double loss =
         reference_->backward(corpus_.batch(step, options_.batch, options_.model.block_size), options_.grad_accum);
+    reference_->set_lr(schedule_.get_lr(step));
     reference_->step(options_.clip);
     return loss;
   }
 
   const TrainOptions& options_;
+  const optim::LRSchedule schedule_;
   const Corpus& corpus_;
   const std::function<void(const RunInfo&)>& on_start_;
   const std::function<void(const VerifyStep&)>& on_step_;

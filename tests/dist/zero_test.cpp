@@ -91,6 +91,27 @@ TEST_P(ZeroSeedTest, HandExampleZeroStep) {
   }
 }
 
+// A schedule reaches ZeRO through its inner optimizer: the hand example's
+// lr 0.5, set on an inner AdamW made with lr 0.1, gives the hand example.
+TEST(ZeroOptimizerTest, TheInnerOptimizersLrSetsTheStep) {
+  const std::vector<double> exact = hand_step_exact();
+  for (int stage = 1; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    run_ranks(Backend::Threads, 4, [&](Comm& comm) {
+      Tensor w = hand_w();
+      ZeroOptimizer zo(optim::AdamW::factory({.lr = 0.1, .weight_decay = 0}), {w}, comm, stage);
+      zo.inner().set_lr(0.5);
+      EXPECT_EQ(zo.inner().lr(), 0.5);
+      zo.gather();
+      zo.zero_grad();
+      hand_backward(w, comm.rank());
+      zo.step();
+      zo.gather();
+      expect_all_within(w.to_vector(), exact, 1e-14, "w");
+    });
+  }
+}
+
 TEST_P(ZeroSeedTest, HandExampleMemoryByStage) {
   // The seed's table for ranks 0 and 3, in bytes, and the same rules for
   // ranks 1 and 2 (chunks of 3, 3, 2, 2 values).

@@ -357,6 +357,22 @@ TEST(AdamWTest, RejectsBadNoDecayRangesNamingThem) {
   EXPECT_THROW_WITH(AdamW::factory({}, {{{3, 2}}})({w}), std::invalid_argument, "range [3, 2)");
 }
 
+// A schedule sets the lr between steps: the hand example's lr 0.5 set on
+// an AdamW made with another, then lr 0, which moves nothing (no decay).
+TEST(AdamWTest, SetLrChangesTheNextStep) {
+  Tensor w = hand_example_leaf();
+  AdamW opt({w}, {.lr = 0.1, .weight_decay = 0});
+  opt.set_lr(0.5);
+  EXPECT_EQ(opt.lr(), 0.5);
+  EXPECT_EQ(opt.options().lr, 0.5);
+  opt.step();
+  expect_all_near(w.data(), kHandExampleAfterOneStep, 1e-7, "w");
+  const std::vector<double> after_one = w.to_vector();
+  opt.set_lr(0);
+  opt.step();
+  EXPECT_EQ(w.to_vector(), after_one);
+}
+
 TEST(AdamWTest, RejectsNegativeLr) {
   Tensor w = Tensor::zeros({1}, true);
   EXPECT_THROW_WITH(AdamW({w}, {.lr = -1}), std::invalid_argument, "AdamW: lr must be >= 0 (got -1)");

@@ -5,6 +5,7 @@
 #include <tinyllm/optim/sgd.h>
 #include <tinyllm/tensor/autograd.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "support/expect_throw.h"
@@ -19,7 +20,12 @@ class CountingOptimizer : public Optimizer {
   void step() override { ++steps; }
   StateDict state_dict() const override { return {}; }
   void load_state_dict(const StateDict&) override {}
+  double lr() const override { return lr_; }
   int steps = 0;
+
+ private:
+  void apply_lr(double lr) override { lr_ = lr; }
+  double lr_ = 0;
 };
 
 TEST(OptimizerTest, RejectsAnEmptyParameterList) {
@@ -79,6 +85,20 @@ TEST(OptimizerTest, StateDictBytesCountsEveryTensorElement) {
   state.tensors.emplace_back("1.exp_avg", Tensor::zeros({5}));
   state.scalars.emplace_back("0.step", 7.0);  // scalars are not arrays and are not counted
   EXPECT_EQ(state.bytes(), 8u * 11u);
+}
+
+// set_lr checks for every optimizer alike, and a refused lr leaves the old one.
+TEST(OptimizerTest, SetLrRejectsANegativeOrNonFiniteLr) {
+  Tensor w = Tensor::zeros({2}, true);
+  CountingOptimizer opt({w});
+  opt.set_lr(0.125);
+  EXPECT_EQ(opt.lr(), 0.125);
+  EXPECT_THROW_WITH(opt.set_lr(-1), std::invalid_argument, "Optimizer: lr must be finite and >= 0 (got -1)");
+  EXPECT_THROW_WITH(opt.set_lr(std::nan("")), std::invalid_argument, "(got nan)");
+  EXPECT_THROW_WITH(opt.set_lr(HUGE_VAL), std::invalid_argument, "(got inf)");
+  EXPECT_EQ(opt.lr(), 0.125);
+  opt.set_lr(0);
+  EXPECT_EQ(opt.lr(), 0.0);
 }
 
 TEST(OptimizerTest, GradOfTheWrongLengthIsABug) {

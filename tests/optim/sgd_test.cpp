@@ -205,6 +205,23 @@ TEST(SGDTest, LoadStateDictRejectsBadNamesAndShapes) {
   EXPECT_THROW_WITH(plain.load_state_dict(buffer), std::invalid_argument, "unexpected 0.momentum_buffer");
 }
 
+// A schedule sets the lr between steps; the next step uses it.
+TEST(SGDTest, SetLrChangesTheNextStep) {
+  Tensor w = Tensor::from({1, -2}, {2}, true);
+  SGD sgd({w}, {.lr = 0.5});
+  EXPECT_EQ(sgd.lr(), 0.5);
+  sgd.set_lr(0.25);
+  EXPECT_EQ(sgd.lr(), 0.25);
+  EXPECT_EQ(sgd.options().lr, 0.25);
+  set_grad(w, {0.25, -1});
+  sgd.step();
+  EXPECT_EQ(w.to_vector(), (std::vector<double>{0.9375, -1.75}));  // p − 0.25·g, exact in binary
+  sgd.set_lr(0);
+  set_grad(w, {0.25, -1});
+  sgd.step();
+  EXPECT_EQ(w.to_vector(), (std::vector<double>{0.9375, -1.75}));
+}
+
 TEST(SGDTest, RejectsNegativeLr) {
   Tensor w = Tensor::zeros({1}, true);
   EXPECT_THROW_WITH(SGD({w}, {.lr = -1}), std::invalid_argument, "SGD: lr must be >= 0 (got -1)");

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <tinyllm/tensor/deferred_init.h>
 #include <tinyllm/train/checkpoint.h>
@@ -84,6 +85,30 @@ TEST(CheckpointTest, AResumedRunContinuesBitIdentically) {
       resumed.resume = checkpoint_path(whole.save_dir, 3);
       const TrainSummary s = train(resumed);
       EXPECT_EQ(s.steps_run, 3u);
+      EXPECT_EQ(bytes_of(checkpoint_path(resumed.save_dir, 6)), bytes_of(checkpoint_path(whole.save_dir, 6)));
+    }
+  }
+}
+
+// The lr is a function of the absolute step: resumed in the warmup or in
+// the cosine, a run takes the uninterrupted run's lr at every step and
+// writes its file byte for byte.
+TEST(CheckpointTest, AResumedRunContinuesTheScheduleBitIdentically) {
+  for (int zero : {0, 3}) {
+    SCOPED_TRACE(::testing::Message() << "zero " << zero);
+    const testing::ScratchDir dir("tinyllm-ckpt-schedule");
+    TrainOptions whole = saving_run(dir, "whole", 2, zero);
+    whole.warmup_steps = 3;
+    whole.decay_steps = 10;
+    whole.save_every = 2;
+    std::vector<double> lrs;
+    train(whole, [&](const StepReport& r) { lrs.push_back(r.lr); });
+    for (std::size_t from : {2, 4}) {
+      SCOPED_TRACE(::testing::Message() << "resumed at step " << from);
+      TrainOptions resumed = whole;
+      resumed.save_dir = dir / fmt::format("resumed{}", from);
+      resumed.resume = checkpoint_path(whole.save_dir, from);
+      train(resumed, [&](const StepReport& r) { EXPECT_EQ(r.lr, lrs[r.step]) << "step " << r.step; });
       EXPECT_EQ(bytes_of(checkpoint_path(resumed.save_dir, 6)), bytes_of(checkpoint_path(whole.save_dir, 6)));
     }
   }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "support/expect_throw.h"
@@ -31,6 +32,26 @@ TEST(VerifyTest, EveryModeMatchesOneProcessAtEveryStep) {
       EXPECT_TRUE(steps[i].same_bits);
       EXPECT_GT(steps[i].loss, 0.0);
     }
+  }
+}
+
+// Both sides step at the schedule's lr: a warmup and the cosine, clipping
+// at the default 1, on DDP and stage 3 (were the one-process side at
+// another lr, the parameters would differ by far more than 1e-10).
+TEST(VerifyTest, TheScheduleAndDefaultClippingMatchOneProcess) {
+  for (const auto& [world, zero] : {std::pair{2, 0}, std::pair{3, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "world " << world << ", zero " << zero);
+    TrainOptions o = testing::tiny_run(world, zero);
+    o.steps = 5;
+    o.warmup_steps = 2;
+    ASSERT_EQ(o.clip, 1.0);
+    std::size_t steps = 0;
+    verify(o, {}, [&](const VerifyStep& v) {
+      ++steps;
+      EXPECT_LE(v.worst(), kVerifyTolerance);
+      EXPECT_TRUE(v.same_bits);
+    });
+    EXPECT_EQ(steps, o.steps);
   }
 }
 

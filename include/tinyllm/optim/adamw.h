@@ -45,8 +45,11 @@ class AdamW : public Optimizer {
   void load_state_dict(const StateDict& state) override;
 
   const AdamWOptions& options() const { return options_; }
+  double lr() const override { return options_.lr; }
 
  private:
+  void apply_lr(double lr) override { options_.lr = lr; }
+
   struct ParamState {
     double step = 0;    // steps this parameter took (a whole number, kept as PyTorch's float)
     Tensor exp_avg;     // m, undefined until the first step

@@ -54,6 +54,13 @@ class Optimizer {
 
   const std::vector<Tensor>& parameters() const { return params_; }
 
+  // The learning rate the next step() uses, kept in the subclass's options.
+  // A schedule sets it between steps, as libtorch's LRScheduler sets each
+  // parameter group's options().lr().
+  virtual double lr() const = 0;
+  // std::invalid_argument unless lr is finite and >= 0.
+  void set_lr(double lr);
+
  protected:
   // One parameter's entries in a StateDict, in the order of the field lists
   // given to parse_state_dict.
@@ -70,6 +77,10 @@ class Optimizer {
                                                             std::span<const std::string_view> scalar_fields) const;
 
   std::vector<Tensor> params_;
+
+ private:
+  // Stores an lr that set_lr has checked.
+  virtual void apply_lr(double lr) = 0;
 };
 
 // Builds an optimizer, hyperparameters included, over any parameters: the

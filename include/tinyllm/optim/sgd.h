@@ -34,8 +34,11 @@ class SGD : public Optimizer {
   void load_state_dict(const StateDict& state) override;
 
   const SGDOptions& options() const { return options_; }
+  double lr() const override { return options_.lr; }
 
  private:
+  void apply_lr(double lr) override { options_.lr = lr; }
+
   SGDOptions options_;
   std::vector<Tensor> momentum_buffers_;  // per parameter; undefined until its first step
 };

@@ -58,6 +58,10 @@ class Replica {
   // norm of clip when clip > 0, update. Returns the gradient norm before
   // clipping when clipping, else 0.
   double step(double clip);
+  // The learning rate of the next step(): the AdamW of one process and DDP,
+  // ZeRO's inner AdamW over the chunk. std::invalid_argument unless finite and >= 0.
+  void set_lr(double lr);
+  double lr() const;
 
   // The model-state bytes this rank holds now (ZeRO's memory_bytes(); for
   // DDP and one process the parameters, every gradient buffer, AdamW's state).
@@ -93,6 +97,8 @@ class Replica {
   // The region's values for each parameter (one process, DDP) or for the
   // chunk (ZeRO), empty where the optimizer holds no state yet.
   std::vector<std::span<const double>> segments(Region region) const;
+  // The AdamW that steps this rank's values.
+  optim::Optimizer& optimizer() const;
 
   std::shared_ptr<nn::GPT> model_;
   std::vector<Tensor> params_;

@@ -1,5 +1,6 @@
 // The training loop: the GPT of DESIGN.md on a byte corpus in DESIGN.md's
-// data order, AdamW decaying the matrices and embeddings, on `world` ranks with
+// data order, AdamW decaying the matrices and embeddings at each step's lr
+// from the schedule (optim::LRSchedule) after clipping, on `world` ranks with
 // DDP (zero 0) or a ZeRO stage, equal to one process. Rank r of p takes
 // rows [r·B/p, (r+1)·B/p) of each global batch and splits them into
 // grad_accum micro-batches; each micro-batch's mean loss is scaled by
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "tinyllm/dist/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
+#include "tinyllm/optim/lr_schedule.h"
 #include "tinyllm/train/launch.h"
 #include "tinyllm/train/replica.h"
 
@@ -24,6 +27,10 @@ namespace tinyllm::train {
 // Present on every Debian machine (package base-files): a real English text
 // to learn from without downloading anything.
 inline constexpr const char* kDefaultCorpus = "/usr/share/common-licenses/GPL-3";
+
+// The warmup a cosine schedule gets unless told: 1/20 of its decay steps
+// (25 of the default 500), rounded down.
+inline constexpr std::size_t kDefaultWarmupDivisor = 20;
 
 struct TrainOptions {
   nn::GPTConfig model;
@@ -37,7 +44,12 @@ struct TrainOptions {
   int zero = 0;   // 0: DDP; 1, 2, 3: ZeRO's stages
   Backend backend = Backend::Auto;
   std::size_t grad_accum = 1;  // micro-batches per step on each rank
-  double clip = 0;             // global gradient-norm limit; 0: none
+  double clip = 1.0;           // global gradient-norm limit; 0: none
+  // Step s trains at lr_schedule(*this).get_lr(s), adamw.lr its peak.
+  optim::LRScheduleKind schedule = optim::LRScheduleKind::Cosine;
+  std::optional<std::size_t> warmup_steps;  // absent: the decay steps / kDefaultWarmupDivisor
+  std::size_t decay_steps = 0;              // 0: steps
+  std::optional<double> min_lr;             // absent: adamw.lr / 10
   // Weight decay on every parameter, not only the matrices and embeddings
   // (Replica's rule).
   bool decay_all = false;
@@ -68,6 +80,7 @@ struct RankStats {
 
 struct StepReport {
   std::size_t step = 0;  // from 0
+  double lr = 0;         // the learning rate the step used
   double loss = 0.0;     // mean over the global batch
   double grad_norm = 0;  // before clipping (only when clipping)
   double seconds = 0.0;  // wall time of this step
@@ -106,6 +119,10 @@ class TrainObserver {
   virtual void on_end(const TrainSummary& /*summary*/) {}
   virtual void after_step(dist::Comm& /*comm*/, Replica& /*replica*/, std::size_t /*step*/, double /*loss*/) {}
 };
+
+// The schedule of the options' run, its defaults filled in:
+// std::invalid_argument as optim::LRSchedule for bad values.
+optim::LRSchedule lr_schedule(const TrainOptions& options);
 
 // Checks everything it can before any rank starts (the data, the model's
 // sizes, the batch against world and grad_accum, the checkpoint to resume,
