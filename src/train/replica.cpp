@@ -57,15 +57,10 @@ std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(const std::vect
   return ranges;
 }
 
-// Per parameter (one process, DDP: the model's tensors), or of the one
-// flat chunk parameter (ZeRO).
-optim::NoDecay no_decay(const std::vector<Tensor>& params, bool decay_all) {
+// Per parameter, for one process and DDP: each tensor's own ranges.
+optim::NoDecay no_decay_per_tensor(const std::vector<Tensor>& params) {
   optim::NoDecay none;
-  if (decay_all) return none;
-  for (const Tensor& p : params) {
-    none.push_back({});
-    if (!decays(p)) none.back().emplace_back(0, p.numel());
-  }
+  for (const Tensor& p : params) none.push_back(no_decay_ranges({p}, 0, p.numel()));
   return none;
 }
 
@@ -82,7 +77,8 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
   buckets.overlap = overlap;
   if (zero_ == 0) {
     if (comm_) ddp_ = std::make_unique<dist::DDP>(model_, *comm_, buckets);
-    adamw_ = std::make_unique<optim::AdamW>(params_, adamw, no_decay(params_, decay_all));
+    adamw_ =
+        std::make_unique<optim::AdamW>(params_, adamw, decay_all ? optim::NoDecay{} : no_decay_per_tensor(params_));
   } else {
     // Stage 3 gathers block by block; the embeddings and ln_f (2 to 3% of
     // the parameters at the sizes this trainer runs) stay gathered for the step.
@@ -91,10 +87,10 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
     if (zero_ == 3) {
       for (const auto& [name, block] : model_->h->named_children()) options.units.push_back(block);
     }
-    optim::NoDecay chunk_no_decay;
-    if (!decay_all) chunk_no_decay.push_back(no_decay_ranges(params_, a_, b_));
-    zero_optimizer_ = std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw, chunk_no_decay), params_,
-                                                            *comm_, zero_, options);
+    // The one flat chunk parameter [a, b) crosses tensors of both kinds.
+    const optim::NoDecay chunk = decay_all ? optim::NoDecay{} : optim::NoDecay{no_decay_ranges(params_, a_, b_)};
+    zero_optimizer_ =
+        std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw, chunk), params_, *comm_, zero_, options);
   }
   // The model was built in buffers of its own, copied by DDP and ZeRO into
   // their flat vectors: their lengths are never asked for again, so they go
