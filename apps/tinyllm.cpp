@@ -56,6 +56,7 @@ struct RunFlags {
   CLI::Option* batch = nullptr;
   CLI::Option* seed = nullptr;
   CLI::Option* world = nullptr;
+  CLI::Option* eval_every = nullptr;
 };
 
 // The flags given as names, parsed once CLI11 is done so that a bad one
@@ -68,6 +69,13 @@ struct RunNames {
 RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   RunFlags flags{.model = add_model(app, o.model)};
   app.add_option("--data", o.data, "corpus file, one token per byte")->capture_default_str();
+  app.add_option("--val-fraction", o.val_fraction, "the corpus's last fraction of bytes, held out for validation")
+      ->capture_default_str();
+  flags.eval_every = app.add_option("--eval-every", o.eval_every,
+                                    "the validation loss every this many steps and at the end (0: never)")
+                         ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation batches of --batch windows each (0: every window)")
+      ->capture_default_str();
   flags.batch =
       app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "optimizer steps (a resumed run counts its earlier ones)")->capture_default_str();
@@ -108,6 +116,14 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
 void parse_names(train::TrainOptions& o, const RunNames& names) {
   o.backend = train::parse_backend(names.backend);
   o.schedule = optim::parse_lr_schedule(names.schedule);
+}
+
+// An evaluation asked for where there is nothing to evaluate.
+void check_eval(const train::TrainOptions& o, const RunFlags& flags) {
+  if (flags.eval_every->count() > 0 && o.eval_every > 0 && o.val_fraction == 0) {
+    throw std::invalid_argument(
+        fmt::format("--eval-every {} needs a validation part (--val-fraction is 0)", o.eval_every));
+  }
 }
 
 // Under mpirun, the world is mpirun's unless --world says otherwise (then
@@ -155,6 +171,10 @@ class Printer final : public train::TrainObserver {
                train::backend_name(info.backend),
                options_.grad_accum > 1 ? fmt::format(", {} micro-batches per step", options_.grad_accum) : "",
                describe_update(options_));
+    if (info.num_val_windows > 0) {
+      fmt::print("validation: {} windows of {}, every {} steps and at the end\n", info.num_val_windows, info.val_corpus,
+                 options_.eval_every);
+    }
     std::fflush(stdout);
     start_ = info.start_step;
   }
@@ -163,9 +183,12 @@ class Printer final : public train::TrainObserver {
     seconds_ += r.seconds;
     const double done = static_cast<double>(r.step + 1 - start_);
     const double eta = seconds_ / done * static_cast<double>(options_.steps - r.step - 1);
-    const std::string line = fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.3e}  {:>8.0f} tokens/s", r.step + 1,
-                                         options_.steps, r.loss, r.lr, r.tokens_per_second);
-    if (live_) {
+    std::string line = fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.3e}  {:>8.0f} tokens/s", r.step + 1,
+                                   options_.steps, r.loss, r.lr, r.tokens_per_second);
+    if (r.val_loss) line += fmt::format("  val {:.4f}", *r.val_loss);
+    if (live_ && r.val_loss) {
+      fmt::print("\r{}\033[K\n", line);  // kept on screen
+    } else if (live_) {
       fmt::print("\r{}  ETA {:.0f} s\033[K", line, eta);
     } else {
       fmt::print("{}\n", line);
@@ -183,6 +206,7 @@ class Printer final : public train::TrainObserver {
     fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps, {:.0f} tokens/s)\n", s.num_parameters,
                s.first_loss, s.last_loss, s.seconds, s.steps_run,
                static_cast<double>(s.steps_run * options_.batch * options_.model.block_size) / s.seconds);
+    if (s.val_loss) fmt::print("validation loss {:.4f} (the lowest {:.4f})\n", *s.val_loss, *s.best_val_loss);
     fmt::print(
         "per rank: model state after a step (memory_bytes) | its peak within a step | peak RSS | sent per step\n");
     for (const train::RankStats& q : s.ranks) {
@@ -395,12 +419,14 @@ int main(int argc, char** argv) {
   try {
     if (train->parsed()) {
       parse_names(train_options, train_names);
+      check_eval(train_options, train_flags);
       adopt_mpirun_world(train_options, train_flags);
       adopt_checkpoint(train_options, train_flags);
       return run_train(train_options);
     }
     if (verify->parsed()) {
       parse_names(verify_options, verify_names);
+      check_eval(verify_options, verify_flags);
       adopt_mpirun_world(verify_options, verify_flags);
       adopt_checkpoint(verify_options, verify_flags);
       return run_verify(verify_options);

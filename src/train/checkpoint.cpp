@@ -10,6 +10,7 @@
 
 #include "difference.h"
 #include "tinyllm/tensor/deferred_init.h"
+#include "tinyllm/train/replica.h"
 
 namespace tinyllm::train {
 namespace {

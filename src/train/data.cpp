@@ -75,7 +75,8 @@ std::pair<Corpus, Corpus> Corpus::split(double val_fraction, std::size_t seq) co
   Corpus train({tokens_.begin(), cut}, name_);
   Corpus val({cut, tokens_.end()}, fmt::format("the last {} tokens of {} (validation)", tokens_.size() - n, name_));
   for (const Corpus* part : {&train, &val}) {
-    if (part->size() <= seq && (part == &train || val_fraction > 0)) {
+    // At fraction 0 the training part is the corpus, which the trainer checks as such.
+    if (part->size() <= seq && val_fraction > 0) {
       throw std::invalid_argument(
           fmt::format("--val-fraction {} leaves {} {} tokens of {}, too few for one window of {} + 1 tokens",
                       val_fraction, part->size(), part == &train ? "training" : "validation", name_, seq));

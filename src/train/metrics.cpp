@@ -118,4 +118,8 @@ std::string metrics_line(const StepReport& report) {
       report.step, report.loss, report.lr, report.seconds, report.tokens_per_second, report.grad_norm, ranks);
 }
 
+std::string val_metrics_line(std::size_t step, double val_loss) {
+  return fmt::format("{{\"step\":{},\"val_loss\":{:.17g}}}", step, val_loss);
+}
+
 }  // namespace tinyllm::train

@@ -66,17 +66,17 @@ optim::NoDecay no_decay_per_tensor(const std::vector<Tensor>& params) {
 
 }  // namespace
 
-Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero,
+Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm& comm, int zero,
                  bool overlap, bool decay_all)
     : model_(std::move(model)), params_(model_->parameters()), comm_(comm), zero_(zero) {
   if (zero_ < 0 || zero_ > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", zero_));
-  if (!comm_ && zero_ != 0) throw std::invalid_argument("Replica: one process alone has no ZeRO stage");
   n_ = model_->num_parameters();
-  std::tie(a_, b_) = comm_ ? dist::chunk_bounds(n_, comm_->size(), comm_->rank()) : std::pair{std::size_t{0}, n_};
+  std::tie(a_, b_) = dist::chunk_bounds(n_, comm_.size(), comm_.rank());
   dist::BucketOptions buckets;
   buckets.overlap = overlap;
   if (zero_ == 0) {
-    if (comm_) ddp_ = std::make_unique<dist::DDP>(model_, *comm_, buckets);
+    // One rank alone is the plain AdamW loop, the reference DDP equals.
+    if (comm_.size() > 1) ddp_ = std::make_unique<dist::DDP>(model_, comm_, buckets);
     adamw_ =
         std::make_unique<optim::AdamW>(params_, adamw, decay_all ? optim::NoDecay{} : no_decay_per_tensor(params_));
   } else {
@@ -90,7 +90,7 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
     // The one flat chunk parameter [a, b) crosses tensors of both kinds.
     const optim::NoDecay chunk = decay_all ? optim::NoDecay{} : optim::NoDecay{no_decay_ranges(params_, a_, b_)};
     zero_optimizer_ =
-        std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw, chunk), params_, *comm_, zero_, options);
+        std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw, chunk), params_, comm_, zero_, options);
   }
   // The model was built in buffers of its own, copied by DDP and ZeRO into
   // their flat vectors: their lengths are never asked for again, so they go
@@ -209,7 +209,7 @@ std::vector<double> Replica::full(Region region) {
   std::vector<double> out(n_);
   if (zero_optimizer_) {  // every region is the ranks' chunks, the parameters too
     const std::span<const double> chunk = segments(region)[0];
-    comm_->all_gather(chunk.empty() ? zeros(b_ - a_) : chunk, out);
+    comm_.all_gather(chunk.empty() ? zeros(b_ - a_) : chunk, out);
     return out;
   }
   const std::vector<std::span<const double>> segs =

@@ -9,13 +9,15 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
-#include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
+#include "tinyllm/train/evaluate.h"
 #include "tinyllm/train/metrics.h"
+#include "train_step.h"
 
 namespace tinyllm::train {
 namespace {
@@ -115,10 +117,12 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
 }
 
 // Rank 0's summary, carried back to the caller: through memory shared with
-// the forked ranks under procs. Laid out as doubles (exact below 2^53).
+// the forked ranks under procs. Laid out as doubles (exact below 2^53),
+// NaN for an absent value.
 class SummarySink {
  public:
-  static constexpr std::size_t kHead = 6, kPerRank = 10;
+  static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  static constexpr std::size_t kHead = 8, kPerRank = 10;
 
   SummarySink(bool shared, int world) : length_(kHead + kPerRank * static_cast<std::size_t>(std::max(world, 1))) {
     if (shared) {
@@ -141,6 +145,8 @@ class SummarySink {
                              s.seconds,
                              static_cast<double>(s.steps_run),
                              static_cast<double>(s.num_parameters),
+                             s.val_loss.value_or(kNone),
+                             s.best_val_loss.value_or(kNone),
                              static_cast<double>(s.ranks.size())};
     for (const RankStats& r : s.ranks) {
       for (double x : encode(r)) v.push_back(x);
@@ -160,7 +166,9 @@ class SummarySink {
     s.seconds = v[2];
     s.steps_run = static_cast<std::size_t>(v[3]);
     s.num_parameters = static_cast<std::size_t>(v[4]);
-    for (std::size_t q = 0; q < static_cast<std::size_t>(v[5]); ++q)
+    if (!std::isnan(v[5])) s.val_loss = v[5];
+    if (!std::isnan(v[6])) s.best_val_loss = v[6];
+    for (std::size_t q = 0; q < static_cast<std::size_t>(v[7]); ++q)
       s.ranks.push_back(decode(v + kHead + kPerRank * q));
     return s;
   }
@@ -191,10 +199,6 @@ class SummarySink {
   std::vector<double> local_;
 };
 
-dist::MemoryBytes max_of(const dist::MemoryBytes& x, const dist::MemoryBytes& y) {
-  return {std::max(x.params, y.params), std::max(x.grads, y.grads), std::max(x.optimizer, y.optimizer)};
-}
-
 // Every rank's figures for this step, on every rank (one small all_gather).
 std::vector<RankStats> gather_stats(dist::Comm& comm, const RankStats& mine) {
   const auto p = static_cast<std::size_t>(comm.size());
@@ -206,33 +210,25 @@ std::vector<RankStats> gather_stats(dist::Comm& comm, const RankStats& mine) {
   return out;
 }
 
-// One rank's run: build, load, then each step zero_grad, the micro-batches'
-// backward, the step, and the reports.
-void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, TrainObserver& observer,
+// The validation loss is due after the eval_every-th steps and the last.
+bool evaluates(const TrainOptions& o, std::size_t step) {
+  return o.val_fraction > 0 && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
+}
+
+std::size_t num_val_windows(const TrainOptions& o, const Corpus& val) {
+  if (o.val_fraction == 0 || o.eval_every == 0) return 0;
+  const std::size_t all = val.num_windows(o.model.block_size);
+  return o.eval_batches == 0 ? all : std::min(all, o.eval_batches * o.batch);
+}
+
+// One rank's run: the start, then each step, its evaluation when due, the
+// reports and the checkpoints.
+void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, const Corpus& val, TrainObserver& observer,
               SummarySink& sink) {
   const int p = comm.size(), r = comm.rank();
   check_batch(o.batch, p, o.grad_accum);  // under mpi, the world is known only now
-  std::shared_ptr<nn::GPT> model;
-  {
-    // ZeRO builds the model's shapes only: each rank then makes (or reads)
-    // just its own chunk, so that stage 3 never holds the whole model and
-    // stages 1 and 2 never hold it twice.
-    std::optional<DeferredInitGuard> deferred;
-    if (o.zero > 0) deferred.emplace();
-    model = std::make_shared<nn::GPT>(o.model, o.seed);
-  }
-  std::size_t start = 0;
-  std::optional<SafetensorsFile> from;
-  if (!o.resume.empty() || !o.init.empty()) {
-    from = SafetensorsFile::open(find_checkpoint(o.resume.empty() ? o.init : o.resume));
-    load_model(*from, *model);
-  }
-  Replica replica(model, o.adamw, &comm, o.zero, o.overlap, o.decay_all);
-  if (!o.resume.empty()) {
-    start = read_checkpoint_info(*from).step;
-    replica.load_optimizer_state(*from, static_cast<double>(start));
-  }
-  from.reset();
+  const RunStart start = start_run(o, comm, o.zero);
+  Replica& replica = *start.replica;
 
   const optim::LRSchedule schedule = lr_schedule(o);
   const std::size_t n = replica.num_parameters(), T = o.model.block_size, B = o.batch;
@@ -240,60 +236,66 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, Tra
   if (r == 0) {
     observer.on_start({.backend = resolve_backend(o.backend, p),
                        .world = p,
-                       .start_step = start,
+                       .start_step = start.step,
                        .num_parameters = n,
                        .num_windows = corpus.num_windows(T),
-                       .corpus = corpus.name()});
+                       .num_val_windows = num_val_windows(o, val),
+                       .corpus = corpus.name(),
+                       .val_corpus = val.name()});
     if (!o.metrics.empty()) metrics.open(o.metrics, std::ios::trunc);
   }
+  const auto meta = [&](std::size_t steps_taken) {
+    return CheckpointInfo{
+        .config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero};
+  };
   TrainSummary summary;
   summary.num_parameters = n;
   const auto run_start = Clock::now();
-  for (std::size_t step = start; step < o.steps; ++step) {
+  for (std::size_t step = start.step; step < o.steps; ++step) {
     const auto step_start = Clock::now();
     const std::uint64_t sent_before = comm.total_traffic().bytes_sent;
-    replica.zero_grad();
-    replica.reset_peak_memory_bytes();
-    dist::MemoryBytes peak = replica.memory_bytes();
-    const double local = replica.backward(corpus.batch(step, B, T, r, p), o.grad_accum);
-    peak = max_of(peak, replica.memory_bytes());
-    double loss = local;
-    comm.all_reduce({&loss, 1}, dist::ReduceOp::Mean);  // the global batch's mean, the same on every rank
-    if (!std::isfinite(loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", loss, step));
-    const double lr = schedule.get_lr(step);
-    replica.set_lr(lr);
-    const double grad_norm = replica.step(o.clip);
-    const dist::MemoryBytes state = replica.memory_bytes();
-    peak = max_of(max_of(peak, state), replica.peak_memory_bytes());
+    const StepResult result = train_step(comm, replica, corpus, o, schedule, step);
     const double seconds = since(step_start);
 
     const RankStats mine{.rank = r,
-                         .state = state,
-                         .peak = peak,
+                         .state = replica.memory_bytes(),
+                         .peak = result.peak,
                          .peak_rss = peak_rss_bytes(),
                          .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
                          .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum)};
-    const StepReport report{.step = step,
-                            .lr = lr,
-                            .loss = loss,
-                            .grad_norm = grad_norm,
-                            .seconds = seconds,
-                            .tokens_per_second = static_cast<double>(B * T) / seconds,
-                            .ranks = gather_stats(comm, mine)};
-    observer.after_step(comm, replica, step, loss);
-    if (summary.steps_run++ == 0) summary.first_loss = loss;
-    summary.last_loss = loss;
+    StepReport report{.step = step,
+                      .lr = result.lr,
+                      .loss = result.loss,
+                      .grad_norm = result.grad_norm,
+                      .seconds = seconds,
+                      .tokens_per_second = static_cast<double>(B * T) / seconds,
+                      .ranks = gather_stats(comm, mine),
+                      .val_loss = std::nullopt};
+    observer.after_step(comm, replica, step, result.loss);
+    if (evaluates(o, step)) report.val_loss = evaluate(comm, replica, val, B, T, o.eval_batches);
+    if (summary.steps_run++ == 0) summary.first_loss = result.loss;
+    summary.last_loss = result.loss;
     summary.ranks = report.ranks;
+    const bool best = report.val_loss && (!summary.best_val_loss || *report.val_loss < *summary.best_val_loss);
+    if (report.val_loss) summary.val_loss = report.val_loss;
+    if (best) summary.best_val_loss = report.val_loss;
     if (r == 0) {
       observer.on_step(report);
-      if (metrics.is_open()) metrics << metrics_line(report) << '\n' << std::flush;
+      if (metrics.is_open()) {
+        metrics << metrics_line(report) << '\n';
+        if (report.val_loss) metrics << val_metrics_line(step, *report.val_loss) << '\n';
+        metrics << std::flush;
+      }
+    }
+    if (best && !o.save_dir.empty()) {
+      const std::string path = (fs::path(o.save_dir) / kBestCheckpoint).string();
+      save_checkpoint(path, comm, replica, meta(step + 1), o.shared_files);
+      if (r == 0) observer.on_checkpoint(path, step + 1);
     }
     const bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       const std::string path = checkpoint_path(o.save_dir, step + 1);
-      save_checkpoint(path, comm, replica,
-                      {.config = o.model, .step = step + 1, .batch = B, .seed = o.seed, .world = p, .zero = o.zero},
-                      o.shared_files);
+      save_checkpoint(path, comm, replica, meta(step + 1), o.shared_files);
       if (r == 0) observer.on_checkpoint(path, step + 1);
     }
   }
@@ -326,13 +328,17 @@ optim::LRSchedule lr_schedule(const TrainOptions& options) {
                             .min_lr = options.min_lr.value_or(options.adamw.lr / 10)});
 }
 
+std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options) {
+  return Corpus::load(options.data).split(options.val_fraction, options.model.block_size);
+}
+
 TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
-  const Corpus corpus = Corpus::load(options.data);
+  const auto [corpus, val] = load_corpora(options);
   check_options(options, corpus);
   const Backend backend = resolve_backend(options.backend, options.world);
   SummarySink sink(backend == Backend::Procs, options.world);
   launch(
-      backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, observer, sink); },
+      backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, val, observer, sink); },
       comm_options(options));
   TrainSummary summary = sink.load();
   if (!options.save_dir.empty() && summary.steps_run > 0)

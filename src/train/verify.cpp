@@ -13,7 +13,9 @@
 
 #include "../dist/fnv1a.h"
 #include "difference.h"
+#include "tinyllm/dist/self_comm.h"
 #include "tinyllm/train/checkpoint.h"
+#include "train_step.h"
 
 namespace tinyllm::train {
 namespace {
@@ -88,26 +90,11 @@ class VerifyObserver final : public TrainObserver {
   }
 
  private:
-  // The one-process run, built at its first step from what the ranks
+  // The one-process run, started at its first step from what the ranks
   // started from.
   double reference_step(std::size_t step) {
-    if (!reference_) {
-      auto model = std::make_shared<nn::GPT>(options_.model, options_.seed);
-      std::optional<SafetensorsFile> from;
-      const std::string& start = options_.resume.empty() ? options_.init : options_.resume;
-      if (!start.empty()) {
-        from = SafetensorsFile::open(find_checkpoint(start));
-        load_model(*from, *model);
-      }
-      reference_ = std::make_unique<Replica>(model, options_.adamw, nullptr, 0, false, options_.decay_all);
-      if (!options_.resume.empty()) reference_->load_optimizer_state(*from, static_cast<double>(step));
-    }
-    reference_->zero_grad();
-    const double loss =
-        reference_->backward(corpus_.batch(step, options_.batch, options_.model.block_size), options_.grad_accum);
-    reference_->set_lr(schedule_.get_lr(step));
-    reference_->step(options_.clip);
-    return loss;
+    if (!reference_) reference_ = start_run(options_, self_, 0).replica;
+    return train_step(self_, *reference_, corpus_, options_, schedule_, step).loss;
   }
 
   const TrainOptions& options_;
@@ -116,6 +103,7 @@ class VerifyObserver final : public TrainObserver {
   const std::function<void(const RunInfo&)>& on_start_;
   const std::function<void(const VerifyStep&)>& on_step_;
   double tolerance_;
+  dist::SelfComm self_;
   std::unique_ptr<Replica> reference_;
   double first_failure_ = -1;  // the first step that failed
   double failure_worst_ = 0;
@@ -130,7 +118,7 @@ double VerifyStep::worst() const {
 
 void verify(const TrainOptions& options, const std::function<void(const RunInfo&)>& on_start,
             const std::function<void(const VerifyStep&)>& on_step, double tolerance) {
-  const Corpus corpus = Corpus::load(options.data);
+  const Corpus corpus = load_corpora(options).first;
   VerifyObserver observer(options, corpus, on_start, on_step, tolerance);
   train(options, observer);
 }

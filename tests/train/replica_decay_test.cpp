@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "tinyllm/dist/self_comm.h"
 #include "tinyllm/dist/threads_comm.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/replica.h"
@@ -24,7 +25,8 @@ std::vector<std::vector<double>> one_step(const train::TrainOptions& o, bool dec
   for (const Tensor& p : model->parameters()) {
     for (double& x : p.data()) x += 0.25;
   }
-  train::Replica replica(model, o.adamw, nullptr, 0, false, decay_all);
+  dist::SelfComm self;
+  train::Replica replica(model, o.adamw, self, 0, false, decay_all);
   replica.zero_grad();
   replica.backward(train::Corpus::load(o.data).batch(0, o.batch, o.model.block_size), 1);
   replica.step(0);

@@ -31,7 +31,7 @@ Trained train_replica(dist::Comm& comm, const train::TrainOptions& o, std::size_
     if (o.zero == 3) deferred.emplace();
     model = std::make_shared<nn::GPT>(o.model, o.seed);
   }
-  train::Replica replica(model, o.adamw, &comm, o.zero, overlap);
+  train::Replica replica(model, o.adamw, comm, o.zero, overlap);
   Trained out;
   // As the trainer takes it: the buffers alive around backward and the step,
   // and what ZeroOptimizer noted within them.

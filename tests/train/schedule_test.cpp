@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "support/expect_throw.h"
+#include "tinyllm/dist/self_comm.h"
 #include "tinyllm/dist/threads_comm.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/data.h"
@@ -36,7 +37,7 @@ std::vector<double> state_of(Replica& replica) {
 
 // Two steps of a Replica in the given mode, its AdamW made with lr
 // made_with and set to set_to before each step when that is given.
-std::vector<double> two_steps(dist::Comm* comm, int zero, double made_with, std::optional<double> set_to) {
+std::vector<double> two_steps(dist::Comm& comm, int zero, double made_with, std::optional<double> set_to) {
   TrainOptions o = testing::tiny_run();
   o.adamw.lr = made_with;
   const Corpus corpus = Corpus::load(o.data);
@@ -47,7 +48,7 @@ std::vector<double> two_steps(dist::Comm* comm, int zero, double made_with, std:
     model = std::make_shared<nn::GPT>(o.model, o.seed);
   }
   Replica replica(model, o.adamw, comm, zero);
-  const int r = comm ? comm->rank() : 0, p = comm ? comm->size() : 1;
+  const int r = comm.rank(), p = comm.size();
   for (std::size_t step = 0; step < 2; ++step) {
     replica.zero_grad();
     replica.backward(corpus.batch(step, o.batch, o.model.block_size, r, p), 1);
@@ -64,19 +65,21 @@ std::vector<double> two_steps(dist::Comm* comm, int zero, double made_with, std:
 // DDP's AdamW, ZeRO's inner AdamW over the chunk. An AdamW made with lr 0.1
 // and set to 0.02 trains the bits of one made with 0.02.
 TEST(ReplicaScheduleTest, SetLrReachesTheOptimizerOfEveryMode) {
-  const std::vector<double> alone = two_steps(nullptr, 0, 0.02, std::nullopt);
-  EXPECT_EQ(two_steps(nullptr, 0, 0.1, 0.02), alone);
-  EXPECT_NE(two_steps(nullptr, 0, 0.1, std::nullopt), alone);
+  dist::SelfComm self;
+  const std::vector<double> alone = two_steps(self, 0, 0.02, std::nullopt);
+  EXPECT_EQ(two_steps(self, 0, 0.1, 0.02), alone);
+  EXPECT_NE(two_steps(self, 0, 0.1, std::nullopt), alone);
   for (int zero = 0; zero <= 3; ++zero) {
     SCOPED_TRACE(::testing::Message() << "zero " << zero);
     dist::run_threads(2, [&](dist::Comm& comm) {
-      EXPECT_EQ(two_steps(&comm, zero, 0.1, 0.02), two_steps(&comm, zero, 0.02, std::nullopt));
+      EXPECT_EQ(two_steps(comm, zero, 0.1, 0.02), two_steps(comm, zero, 0.02, std::nullopt));
     });
   }
 }
 
 TEST(ReplicaScheduleTest, SetLrRejectsANegativeLr) {
-  Replica replica(std::make_shared<nn::GPT>(testing::tiny_run().model, 1), {}, nullptr, 0);
+  dist::SelfComm self;
+  Replica replica(std::make_shared<nn::GPT>(testing::tiny_run().model, 1), {}, self, 0);
   EXPECT_THROW_WITH(replica.set_lr(-0.5), std::invalid_argument, "lr must be finite and >= 0 (got -0.5)");
 }
 
@@ -89,7 +92,8 @@ struct HandRun {
 // schedule is given, so without one this is the loop before schedules.
 HandRun hand_loop(const TrainOptions& o, const optim::LRSchedule* schedule) {
   const Corpus corpus = Corpus::load(o.data);
-  Replica replica(std::make_shared<nn::GPT>(o.model, o.seed), o.adamw, nullptr, 0);
+  dist::SelfComm self;
+  Replica replica(std::make_shared<nn::GPT>(o.model, o.seed), o.adamw, self, 0);
   HandRun out;
   for (std::size_t step = 0; step < o.steps; ++step) {
     replica.zero_grad();

@@ -17,10 +17,15 @@
 
 #include "tinyllm/dist/comm.h"
 #include "tinyllm/nn/gpt.h"
-#include "tinyllm/train/replica.h"
 #include "tinyllm/train/safetensors.h"
 
 namespace tinyllm::train {
+
+class Replica;
+
+// The data region's three parts, in order, each n values long.
+enum class Region { Params = 0, ExpAvg = 1, ExpAvgSq = 2 };
+inline constexpr int kNumRegions = 3;
 
 struct CheckpointInfo {
   nn::GPTConfig config;

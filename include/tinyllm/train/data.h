@@ -37,8 +37,8 @@ class Corpus {
   // The first ⌊(1 − val_fraction)·N⌋ tokens to train on and the rest to
   // validate on, each a corpus of its own: DESIGN.md's order applies to the
   // training part as if it were the whole file. std::invalid_argument for
-  // a fraction outside [0, 1), or a part of fewer than seq + 1 tokens (none
-  // is asked of an empty validation part, at fraction 0).
+  // a fraction outside [0, 1), or, at a fraction above 0, a part of fewer
+  // than seq + 1 tokens.
   std::pair<Corpus, Corpus> split(double val_fraction, std::size_t seq) const;
 
  private:

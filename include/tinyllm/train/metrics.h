@@ -2,7 +2,7 @@
 // each mode holds per rank, in theory (what `tinyllm memory` prints, exact
 // for this program: the trainer's memory_bytes() must equal it), the bytes
 // each rank's collectives send per step in theory, the peak resident set,
-// and the JSON line --metrics writes per step.
+// and the JSON lines --metrics writes per step.
 #pragma once
 
 #include <cstddef>
@@ -44,5 +44,8 @@ std::size_t peak_rss_bytes();
 //  "ranks":[{"rank":0,"params_bytes":…,"grads_bytes":…,"optimizer_bytes":…,
 //  "peak_state_bytes":…,"peak_rss_bytes":…,"bytes_sent":…,"theory_bytes_sent":…},…]}
 std::string metrics_line(const StepReport& report);
+// {"step":…,"val_loss":…}: the validation loss after step's update, its own
+// line after the step's.
+std::string val_metrics_line(std::size_t step, double val_loss);
 
 }  // namespace tinyllm::train

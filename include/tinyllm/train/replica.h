@@ -1,8 +1,9 @@
 // Replica: one rank's GPT and its AdamW in a data-parallel mode, the step
 // the trainer, the capstone check and the checkpoints share. Mode by
-// (comm, zero): no comm is one process alone (the reference every mode must
-// equal); zero 0 is DDP with the one-process AdamW; zero 1, 2, 3 are ZeRO's
-// stages (dist::ZeroOptimizer over an inner AdamW).
+// (comm, zero): zero 0 on a one-rank comm (dist::SelfComm) is one process
+// alone, the plain AdamW loop every mode must equal; zero 0 on more ranks is
+// DDP with that AdamW; zero 1, 2, 3 are ZeRO's stages (dist::ZeroOptimizer
+// over an inner AdamW), on any number of ranks.
 //
 // Its state, as a checkpoint stores it, is three flat vectors of n values
 // in parameters() order: the parameters, exp_avg and exp_avg_sq, end to end
@@ -20,23 +21,21 @@
 #include "tinyllm/dist/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
+#include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/safetensors.h"
 
 namespace tinyllm::train {
 
-enum class Region { Params = 0, ExpAvg = 1, ExpAvgSq = 2 };
-inline constexpr int kNumRegions = 3;
-
 class Replica {
  public:
-  // Collective when comm is given (DDP and ZeRO broadcast rank 0's
-  // parameters). overlap: dist::BucketOptions::overlap. Weight decay takes
+  // Collective (DDP and ZeRO broadcast rank 0's parameters); comm must
+  // outlive the Replica. overlap: dist::BucketOptions::overlap. Weight decay takes
   // the tensors of two or more dimensions only, the matrices and the
   // embeddings (GPT-2's and nanoGPT's rule: not the biases and LayerNorm
   // gains), or every parameter with decay_all. std::invalid_argument for a
   // zero outside 0..3.
-  Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm* comm, int zero,
+  Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm& comm, int zero,
           bool overlap = false, bool decay_all = false);
   ~Replica();
   Replica(const Replica&) = delete;
@@ -102,7 +101,7 @@ class Replica {
 
   std::shared_ptr<nn::GPT> model_;
   std::vector<Tensor> params_;
-  dist::Comm* comm_;
+  dist::Comm& comm_;
   int zero_;
   std::size_t n_ = 0, a_ = 0, b_ = 0;
   std::unique_ptr<dist::DDP> ddp_;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tinyllm/dist/comm.h"
@@ -19,6 +20,7 @@
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/lr_schedule.h"
+#include "tinyllm/train/data.h"
 #include "tinyllm/train/launch.h"
 #include "tinyllm/train/replica.h"
 
@@ -35,8 +37,15 @@ inline constexpr std::size_t kDefaultWarmupDivisor = 20;
 struct TrainOptions {
   nn::GPTConfig model;
   std::string data = kDefaultCorpus;
-  std::size_t batch = 16;   // global batch, in windows of model.block_size tokens
-  std::size_t steps = 500;  // the step count the run ends at (a resumed run counts its earlier steps)
+  // The corpus's last val_fraction of bytes is held out (Corpus::split);
+  // 0: none, and no evaluation.
+  double val_fraction = 0.1;
+  // The validation loss (evaluate.h) after every eval_every-th step's
+  // update and after the last step; 0: never.
+  std::size_t eval_every = 100;
+  std::size_t eval_batches = 0;  // batches of `batch` windows from the start of the validation part; 0: all
+  std::size_t batch = 16;        // global batch, in windows of model.block_size tokens
+  std::size_t steps = 500;       // the step count the run ends at (a resumed run counts its earlier steps)
   optim::AdamWOptions adamw{.lr = 1e-3, .betas = {0.9, 0.95}, .eps = 1e-8, .weight_decay = 0.1};
   std::uint64_t seed = 1337;
 
@@ -61,7 +70,8 @@ struct TrainOptions {
   double timeout = 300;
 
   std::string metrics;         // JSON lines, one per step ("" for none)
-  std::string save_dir;        // checkpoints go here ("" for none): every save_every steps and at the end
+  std::string save_dir;        // checkpoints go here ("" for none): every save_every steps, at the end,
+                               // and as kBestCheckpoint whenever the validation loss is the run's lowest
   std::size_t save_every = 0;  // 0: only at the end
   std::string resume;          // checkpoint (or directory of them) to continue from: weights, optimizer, step
   std::string init;            // checkpoint whose weights start a fresh run
@@ -86,6 +96,7 @@ struct StepReport {
   double seconds = 0.0;  // wall time of this step
   double tokens_per_second = 0.0;
   std::vector<RankStats> ranks;
+  std::optional<double> val_loss;  // after this step's update, when it was evaluated
 };
 
 struct RunInfo {
@@ -93,8 +104,10 @@ struct RunInfo {
   int world = 1;
   std::size_t start_step = 0;  // > 0 when resumed
   std::size_t num_parameters = 0;
-  std::size_t num_windows = 0;
+  std::size_t num_windows = 0;      // of the training part
+  std::size_t num_val_windows = 0;  // the validation windows evaluated (0: no evaluation)
   std::string corpus;
+  std::string val_corpus;  // the validation part's name
 };
 
 struct TrainSummary {
@@ -103,8 +116,10 @@ struct TrainSummary {
   double seconds = 0.0;
   std::size_t steps_run = 0;
   std::size_t num_parameters = 0;
-  std::vector<RankStats> ranks;  // the last step's
-  std::string last_checkpoint;   // "" when none was saved
+  std::optional<double> val_loss;       // the last evaluation's
+  std::optional<double> best_val_loss;  // the lowest evaluated in this run
+  std::vector<RankStats> ranks;         // the last step's
+  std::string last_checkpoint;          // "" when none was saved
 };
 
 // What the loop calls. on_* run on rank 0 only (for printing);
@@ -119,6 +134,14 @@ class TrainObserver {
   virtual void on_end(const TrainSummary& /*summary*/) {}
   virtual void after_step(dist::Comm& /*comm*/, Replica& /*replica*/, std::size_t /*step*/, double /*loss*/) {}
 };
+
+// The checkpoint of the lowest validation loss in --save: resuming from
+// the directory takes the latest step-*.safetensors, never this one.
+inline constexpr const char* kBestCheckpoint = "best.safetensors";
+
+// The corpus the options train on and the one they validate on
+// (Corpus::split); std::invalid_argument for a bad file or fraction.
+std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options);
 
 // The schedule of the options' run, its defaults filled in:
 // std::invalid_argument as optim::LRSchedule for bad values.

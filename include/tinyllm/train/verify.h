@@ -1,7 +1,7 @@
 // verify: the seed's capstone check as a command. Trains the options on
 // their ranks and, in lockstep on rank 0, the same run on one process
-// alone (a Replica without a Comm: the plain AdamW loop on the whole global
-// batch), and compares after every step: the loss, every parameter, AdamW's
+// alone (a Replica on a one-rank dist::SelfComm: the plain AdamW loop on
+// the whole global batch), and compares after every step: the loss, every parameter, AdamW's
 // exp_avg and exp_avg_sq, and whether every rank holds the same bits.
 #pragma once
 

@@ -1,0 +1,62 @@
+#include "train_step.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+
+#include "tinyllm/tensor/deferred_init.h"
+#include "tinyllm/train/checkpoint.h"
+
+namespace tinyllm::train {
+namespace {
+
+dist::MemoryBytes max_of(const dist::MemoryBytes& x, const dist::MemoryBytes& y) {
+  return {std::max(x.params, y.params), std::max(x.grads, y.grads), std::max(x.optimizer, y.optimizer)};
+}
+
+}  // namespace
+
+RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero) {
+  std::shared_ptr<nn::GPT> model;
+  {
+    // ZeRO builds the model's shapes only: each rank then makes (or reads)
+    // just its own chunk, so that stage 3 never holds the whole model and
+    // stages 1 and 2 never hold it twice.
+    std::optional<DeferredInitGuard> deferred;
+    if (zero > 0) deferred.emplace();
+    model = std::make_shared<nn::GPT>(o.model, o.seed);
+  }
+  const std::string& given = o.resume.empty() ? o.init : o.resume;
+  if (given.empty()) return {std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all), 0};
+  // The file stays open until the Replica has made its values from it.
+  const SafetensorsFile from = SafetensorsFile::open(find_checkpoint(given));
+  load_model(from, *model);
+  RunStart start{std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all), 0};
+  if (!o.resume.empty()) {
+    start.step = read_checkpoint_info(from).step;
+    start.replica->load_optimizer_state(from, static_cast<double>(start.step));
+  }
+  return start;
+}
+
+StepResult train_step(dist::Comm& comm, Replica& replica, const Corpus& train, const TrainOptions& o,
+                      const optim::LRSchedule& schedule, std::size_t step) {
+  replica.zero_grad();
+  replica.reset_peak_memory_bytes();
+  StepResult result{.peak = replica.memory_bytes()};
+  result.loss =
+      replica.backward(train.batch(step, o.batch, o.model.block_size, comm.rank(), comm.size()), o.grad_accum);
+  result.peak = max_of(result.peak, replica.memory_bytes());
+  comm.all_reduce({&result.loss, 1}, dist::ReduceOp::Mean);
+  if (!std::isfinite(result.loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", result.loss, step));
+  result.lr = schedule.get_lr(step);
+  replica.set_lr(result.lr);
+  result.grad_norm = replica.step(o.clip);
+  result.peak = max_of(max_of(result.peak, replica.memory_bytes()), replica.peak_memory_bytes());
+  return result;
+}
+
+}  // namespace tinyllm::train

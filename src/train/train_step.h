@@ -1,0 +1,41 @@
+// What the trainer's ranks and verify's one-process reference share: how a
+// run starts and what one step is, so that the two cannot drift apart.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "tinyllm/dist/comm.h"
+#include "tinyllm/dist/zero.h"
+#include "tinyllm/optim/lr_schedule.h"
+#include "tinyllm/train/data.h"
+#include "tinyllm/train/replica.h"
+#include "tinyllm/train/trainer.h"
+
+namespace tinyllm::train {
+
+struct RunStart {
+  std::unique_ptr<Replica> replica;
+  std::size_t step = 0;  // the first step to run: the checkpoint's under --resume, else 0
+};
+
+// The options' model in the given mode on comm's ranks: the seed's weights
+// or --init's or --resume's, and with --resume AdamW's state and step.
+// Collective.
+RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero);
+
+struct StepResult {
+  double loss = 0;         // the global batch's mean, the same on every rank
+  double lr = 0;           // the schedule's, which the update used
+  double grad_norm = 0;    // before clipping (Replica::step)
+  dist::MemoryBytes peak;  // the most model state held within the step
+};
+
+// Step `step` of the run: zero_grad, this rank's rows of the global batch
+// in grad_accum micro-batches, the loss's mean over the ranks, then the
+// update at the schedule's lr, clipped. std::runtime_error naming the step
+// for a loss that is not finite (before the update). Collective.
+StepResult train_step(dist::Comm& comm, Replica& replica, const Corpus& train, const TrainOptions& o,
+                      const optim::LRSchedule& schedule, std::size_t step);
+
+}  // namespace tinyllm::train
