@@ -203,6 +203,10 @@ class Printer final : public train::TrainObserver {
 
   void on_end(const train::TrainSummary& s) override {
     if (live_) fmt::print("\n");
+    if (s.steps_run == 0) {
+      fmt::print("done: {} parameters, no steps\n", s.num_parameters);
+      return;
+    }
     fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps, {:.0f} tokens/s)\n", s.num_parameters,
                s.first_loss, s.last_loss, s.seconds, s.steps_run,
                static_cast<double>(s.steps_run * options_.batch * options_.model.block_size) / s.seconds);
