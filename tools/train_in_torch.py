@@ -8,8 +8,8 @@ torch.optim.AdamW in nanoGPT's two groups (or one, for --decay-all); every
 step's loss, lr and gradient norm, each validation loss, and the final
 parameters and AdamW moments must agree to TOLERANCE. Then, so that the
 agreement means something, PyTorch trained the wrong way (one group, a
-constant lr, no clipping, other validation windows) must disagree by far
-more than that.
+constant lr, another min lr, no clipping, other validation windows, the
+validation loss before the update) must disagree by far more than that.
 
   tools/train_in_torch.py build/tinyllm [two-groups|decay-all|constant]
 
@@ -91,9 +91,12 @@ def run_torch(start, s):
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), s["clip"]).item() if s["clip"] > 0 else 0.0
         for group in opt.param_groups:
             group["lr"] = lr
+        due = (step + 1) % s["eval_every"] == 0 or step + 1 == s["steps"]  # the last step is always evaluated
+        if due and s.get("eval_before_update"):
+            vals[step] = dict(val_loss=tt.val_loss(model, val, B, T, s["eval_batches"]))
         opt.step()
         steps[step] = dict(loss=loss.item(), lr=lr, grad_norm=norm)
-        if (step + 1) % s["eval_every"] == 0 or step + 1 == s["steps"]:  # the last step is always evaluated
+        if due and not s.get("eval_before_update"):
             vals[step] = dict(val_loss=tt.val_loss(model, val, B, T, s["eval_batches"]))
     state = {}
     for name, p in model.named_parameters():
@@ -134,7 +137,6 @@ def main():
     binary = sys.argv[1]
     case = sys.argv[2] if len(sys.argv) > 2 else "two-groups"
     s = dict(SETTINGS, **CASES[case])
-    torch.manual_seed(0)  # nothing here is random; fixed all the same
     with tempfile.TemporaryDirectory(prefix="tinyllm-torch-") as work:
         start, steps, vals, final = run_tinyllm(binary, s, work)
         ours = (steps, vals, final)
@@ -152,7 +154,8 @@ def main():
         # Each wrong training, and the figure it must miss by.
         wrong = {"the other AdamW grouping": (dict(decay_all=not s["decay_all"]), "params"),
                  "the validation windows of another --eval-batches":
-                     (dict(eval_batches=1 if s["eval_batches"] != 1 else 0), "val_loss")}
+                     (dict(eval_batches=1 if s["eval_batches"] != 1 else 0), "val_loss"),
+                 "the validation loss before the step's update": (dict(eval_before_update=True), "val_loss")}
         if s["schedule"] == "cosine":
             wrong["a constant lr"] = (dict(schedule="constant"), "params")
             wrong["a cosine down to 0"] = (dict(min_lr=0.0), "lr")
