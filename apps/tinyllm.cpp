@@ -78,7 +78,9 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
       ->capture_default_str();
   flags.batch =
       app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "optimizer steps (a resumed run counts its earlier ones)")->capture_default_str();
+  app.add_option("--steps", o.steps,
+                 "optimizer steps (a resumed run counts its earlier ones; train --steps 0 --save DIR saves the start)")
+      ->capture_default_str();
   app.add_option("--lr", o.adamw.lr, "AdamW learning rate (the schedule's peak)")->capture_default_str();
   app.add_option("--schedule", names.schedule,
                  "learning rate by step: cosine (nanoGPT's linear warmup, cosine decay to --min-lr, then --min-lr) "
