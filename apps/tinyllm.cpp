@@ -78,7 +78,9 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
       ->capture_default_str();
   flags.batch =
       app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps, "optimizer steps (a resumed run counts its earlier ones)")->capture_default_str();
+  app.add_option("--steps", o.steps,
+                 "optimizer steps (a resumed run counts its earlier ones; train --steps 0 --save DIR saves the start)")
+      ->capture_default_str();
   app.add_option("--lr", o.adamw.lr, "AdamW learning rate (the schedule's peak)")->capture_default_str();
   app.add_option("--schedule", names.schedule,
                  "learning rate by step: cosine (nanoGPT's linear warmup, cosine decay to --min-lr, then --min-lr) "
@@ -203,6 +205,10 @@ class Printer final : public train::TrainObserver {
 
   void on_end(const train::TrainSummary& s) override {
     if (live_) fmt::print("\n");
+    if (s.steps_run == 0) {
+      fmt::print("done: {} parameters, no steps\n", s.num_parameters);
+      return;
+    }
     fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps, {:.0f} tokens/s)\n", s.num_parameters,
                s.first_loss, s.last_loss, s.seconds, s.steps_run,
                static_cast<double>(s.steps_run * options_.batch * options_.model.block_size) / s.seconds);

@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """The PyTorch peer for bench/train_vs_torch.sh: data-parallel training of
-tools/torch_gpt.py's GPT (float64, AdamW) over P processes on this machine
-(gloo), with DESIGN.md's data order, timed like `tinyllm train --metrics`.
+tools/torch_gpt.py's GPT (float64) over P processes on this machine (gloo),
+the same training as `tinyllm train`'s defaults (tools/torch_train.py:
+DESIGN.md's data order on the training part of --val-fraction's split,
+nanoGPT's get_lr with tinyllm's default warmup and min lr, AdamW in
+nanoGPT's two groups, clip_grad_norm_ at --clip), timed like `tinyllm train
+--metrics`; it does not evaluate.
 
   bench/train_torch.py --world 2 --mode zero1 --steps 12 --data FILE
 
@@ -9,7 +13,8 @@ Modes: ddp = DistributedDataParallel + AdamW; zero1 = DDP +
 ZeroRedundancyOptimizer(AdamW). zero2/zero3 use FSDP (SHARD_GRAD_OP /
 FULL_SHARD) where torch runs it on the CPU; torch 1.13's FSDP refuses
 CPU-only execution (and does not import on Python 3.11), so there they fall
-back to zero1's ZeroRedundancyOptimizer, and the "peer" field says so.
+back to zero1's ZeroRedundancyOptimizer, and the "peer" field says so
+(the FSDP path, with use_orig_params for the two groups, has not run here).
 The ranks share the cores: each gets max(1, cores // P) OpenBLAS threads
 (set in the environment before torch is imported: torch's own setting does
 not reach OpenBLAS) and one torch intra-op thread, the fastest split here
@@ -43,6 +48,7 @@ def rank_main(rank, a, port):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.distributed.optim import ZeroRedundancyOptimizer
+    import torch_train as tt
     from torch_gpt import GPT
 
     torch.set_num_threads(1)
@@ -51,34 +57,38 @@ def rank_main(rank, a, port):
     P, B, T = a.world, a.batch, a.seq
     torch.manual_seed(a.seed)
     model = GPT(T=T, L=a.layers, H=a.heads, C=a.width).double()
-    hyper = dict(lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    hyper = dict(lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     FSDP = fsdp_class() if a.mode in ("zero2", "zero3") else None
     if FSDP is not None:
         from torch.distributed.fsdp import ShardingStrategy
         strategy = ShardingStrategy.SHARD_GRAD_OP if a.mode == "zero2" else ShardingStrategy.FULL_SHARD
-        model = FSDP(model, sharding_strategy=strategy, device_id=torch.device("cpu"))
-        opt = torch.optim.AdamW(model.parameters(), **hyper)
+        model = FSDP(model, sharding_strategy=strategy, device_id=torch.device("cpu"), use_orig_params=True)
+        opt = torch.optim.AdamW(tt.param_groups(model, 0.1), **hyper)
+        clip = model.clip_grad_norm_  # the norm over every rank's shards
         peer = f"FSDP {strategy.name}"
     else:
         model = DDP(model)  # broadcasts rank 0's parameters
+        groups = tt.param_groups(model, 0.1)
         if a.mode == "ddp":
-            opt = torch.optim.AdamW(model.parameters(), **hyper)
+            opt = torch.optim.AdamW(groups, **hyper)
             peer = "DDP"
         else:
-            opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **hyper)
+            opt = ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.AdamW, **hyper)
             peer = "DDP + ZeroRedundancyOptimizer" + (" (no FSDP on CPU)" if a.mode != "zero1" else "")
+        # DDP leaves every rank the whole averaged gradient, so the local norm is the global one.
+        clip = lambda limit: torch.nn.utils.clip_grad_norm_(model.parameters(), limit)
 
-    with open(a.data, "rb") as f:
-        tokens = torch.tensor(list(f.read()), dtype=torch.int64)
-    W = (tokens.numel() - 1) // T
-    offsets = torch.arange(T + 1)
+    tokens, _ = tt.split(tt.load_tokens(a.data), a.val_fraction)
     lo, hi = rank * B // P, (rank + 1) * B // P
 
     def step(s):
-        windows = (s * B + torch.arange(lo, hi)) % W
-        rows = tokens[windows[:, None] * T + offsets]  # [B/P, T+1]
         opt.zero_grad(set_to_none=True)
-        model(rows[:, :T].contiguous(), rows[:, 1:].contiguous()).backward()
+        model(*tt.batch(tokens, s, B, T, lo, hi)).backward()
+        if a.clip > 0:
+            clip(a.clip)
+        lr = tt.get_lr(s, a.lr, a.steps // 20, a.steps, a.lr / 10)  # tinyllm's default schedule
+        for group in opt.param_groups:
+            group["lr"] = lr
         opt.step()
 
     warmup = 2
@@ -114,6 +124,8 @@ def main():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--data", default="/usr/share/common-licenses/GPL-3")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=1337)
     a = p.parse_args()
     if a.batch % a.world or a.steps <= 2:

@@ -18,7 +18,11 @@ data=${DATA:-/usr/share/common-licenses/GPL-3}
 cores=$(nproc)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-args=(--layers "$L" --heads "$H" --width "$C" --seq "$T" --batch "$B" --steps "$S" --data "$data" --lr 1e-3 --seed 1337)
+# The same training on both sides: tinyllm train's defaults (the cosine
+# schedule, two AdamW groups, clipping at 1), on the whole file without a
+# validation part.
+args=(--layers "$L" --heads "$H" --width "$C" --seq "$T" --batch "$B" --steps "$S" --data "$data" --lr 1e-3 --seed 1337
+  --clip 1 --val-fraction 0)
 
 env=""
 for v in LAYERS HEADS WIDTH SEQ BATCH STEPS DATA WORLDS MODES SKIP_TINYLLM; do if [ -n "${!v:-}" ]; then env+="$v='${!v}' "; fi; done

@@ -250,6 +250,13 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
   };
   TrainSummary summary;
   summary.num_parameters = n;
+  // A run of no steps saves the weights it would start from (a fresh
+  // model's, or --init's), for a peer such as PyTorch to start from too.
+  if (o.steps == 0 && !o.save_dir.empty()) {
+    const std::string path = checkpoint_path(o.save_dir, 0);
+    save_checkpoint(path, comm, replica, meta(0), o.shared_files);
+    if (r == 0) observer.on_checkpoint(path, 0);
+  }
   const auto run_start = Clock::now();
   for (std::size_t step = start.step; step < o.steps; ++step) {
     const auto step_start = Clock::now();
@@ -320,7 +327,9 @@ class CallbackObserver final : public TrainObserver {
 }  // namespace
 
 optim::LRSchedule lr_schedule(const TrainOptions& options) {
-  const std::size_t decay_steps = options.decay_steps == 0 ? options.steps : options.decay_steps;
+  // A run of no steps has no lr to schedule: decay over one step keeps the default schedule valid.
+  const std::size_t decay_steps =
+      options.decay_steps != 0 ? options.decay_steps : std::max<std::size_t>(options.steps, 1);
   return optim::LRSchedule(options.adamw.lr,
                            {.kind = options.schedule,
                             .warmup_steps = options.warmup_steps.value_or(decay_steps / kDefaultWarmupDivisor),
@@ -341,7 +350,7 @@ TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
       backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, val, observer, sink); },
       comm_options(options));
   TrainSummary summary = sink.load();
-  if (!options.save_dir.empty() && summary.steps_run > 0)
+  if (!options.save_dir.empty() && (summary.steps_run > 0 || options.steps == 0))
     summary.last_checkpoint = checkpoint_path(options.save_dir, options.steps);
   return summary;
 }

@@ -188,6 +188,30 @@ TEST(CheckpointTest, InitTakesTheWeightsAndStartsAfresh) {
   EXPECT_EQ(ours, theirs);
 }
 
+// --steps 0 --save DIR: the weights a run starts from, for a peer to start
+// from too (tools/train_in_torch.py), even when ZeRO-3 shards them.
+TEST(CheckpointTest, ARunOfNoStepsSavesItsStartingWeights) {
+  const testing::ScratchDir dir("tinyllm-ckpt-zero-steps");
+  TrainOptions o = testing::tiny_run(2, 3);
+  o.steps = 0;
+  o.save_dir = dir / "a";
+  const TrainSummary s = train(o);
+  EXPECT_EQ(s.steps_run, 0u);
+  ASSERT_EQ(s.last_checkpoint, checkpoint_path(o.save_dir, 0));
+  const SafetensorsFile file = SafetensorsFile::open(s.last_checkpoint);
+  EXPECT_EQ(read_checkpoint_info(file).step, 0u);
+  std::vector<double> expected;
+  for (const Tensor& t : nn::GPT(o.model, o.seed).parameters())
+    expected.insert(expected.end(), t.data().begin(), t.data().end());
+  const std::vector<double> values = testing::read_all(s.last_checkpoint);
+  const std::size_t n = o.model.num_parameters();
+  ASSERT_EQ(values.size(), 3 * n);
+  EXPECT_EQ(std::vector<double>(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n)), expected);
+  EXPECT_TRUE(std::all_of(values.begin() + static_cast<std::ptrdiff_t>(n), values.end(), [](double x) {
+    return x == 0;
+  })) << "AdamW's moments start at zero";
+}
+
 TEST(CheckpointTest, LatestInADirectoryIsFound) {
   const testing::ScratchDir dir("tinyllm-ckpt-latest");
   train(saving_run(dir, "a", 1, 0));

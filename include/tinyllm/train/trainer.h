@@ -71,7 +71,8 @@ struct TrainOptions {
 
   std::string metrics;         // JSON lines, one per step ("" for none)
   std::string save_dir;        // checkpoints go here ("" for none): every save_every steps, at the end,
-                               // and as kBestCheckpoint whenever the validation loss is the run's lowest
+                               // and as kBestCheckpoint whenever the validation loss is the run's lowest;
+                               // a run of steps 0 saves its starting weights as step 0
   std::size_t save_every = 0;  // 0: only at the end
   std::string resume;          // checkpoint (or directory of them) to continue from: weights, optimizer, step
   std::string init;            // checkpoint whose weights start a fresh run
