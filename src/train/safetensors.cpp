@@ -22,8 +22,50 @@
 
 namespace tinyllm::train {
 
-using detail::checksum, detail::hex, detail::Json, detail::kBlock, detail::kDigits, detail::kMaxHeader,
-    detail::multiply, detail::read_all;
+using detail::brief, detail::checksum, detail::hex, detail::kBlock, detail::kDigits, detail::kMaxDepth,
+    detail::kMaxHeader, detail::kMaxRank, detail::multiply, detail::read_all;
+// Parsed into a sorted map, not ordered_json: its linear key lookups would
+// make a header of many tensors quadratic. The header's order is kept apart.
+using Json = nlohmann::json;
+
+namespace {
+
+// The header's nesting and array lengths (detail::kMaxDepth, kMaxRank),
+// checked on the raw text in one pass before the parser builds anything, so
+// that neither the parser nor a message's dump() recurses deeper than a
+// real header. Empty when the text is within them, else what is wrong.
+std::string check_nesting(std::string_view text) {
+  std::array<std::size_t, kMaxDepth + 1> commas{};  // per open bracket; used only for arrays
+  std::array<bool, kMaxDepth + 1> is_array{};
+  std::size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxDepth) return fmt::format("nests deeper than the format's {} levels", kMaxDepth);
+      commas[depth] = 0;
+      is_array[depth] = c == '[';
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    } else if (c == ',' && depth > 0 && is_array[depth] && ++commas[depth] >= kMaxRank) {
+      return fmt::format("has an array of more than {} values (a shape's rank is at most {})", kMaxRank, kMaxRank);
+    }
+  }
+  return {};
+}
+
+}  // namespace
 
 std::size_t TensorInfo::numel() const {
   std::size_t n = 1;
@@ -94,12 +136,19 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     throw bad(fmt::format("has a header of {} bytes, over the limit of {}", n_header, kMaxHeader));
   std::string text(n_header, '\0');
   if (int err = read_all(fd, text.data(), text.size(), 8)) throw io("read", err);
+  if (const std::string problem = check_nesting(text); !problem.empty()) {
+    throw bad(fmt::format("has a header that {}: {}", problem, brief(text)));
+  }
 
-  // The parser keeps one value per key; the callback sees every top-level key.
+  // The parser keeps one value per key; the callback sees every top-level
+  // key, in the header's order.
   std::set<std::string> names;
-  const Json::parser_callback_t no_twice = [&](int depth, nlohmann::json::parse_event_t event, Json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second) {
-      throw bad(fmt::format("names '{}' twice in its header", parsed.get<std::string>()));
+  std::vector<std::string> order;
+  const Json::parser_callback_t no_twice = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key) {
+      const std::string& name = parsed.get_ref<const std::string&>();
+      if (!names.insert(name).second) throw bad(fmt::format("names '{}' twice in its header", brief(name)));
+      order.push_back(name);
     }
     return true;
   };
@@ -107,47 +156,50 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   try {
     header = Json::parse(text, no_twice);
   } catch (const Json::parse_error& error) {
-    throw bad(fmt::format("has an invalid JSON header: {}", error.what()));
+    throw bad(fmt::format("has an invalid JSON header: {}", brief(error.what())));
   }
-  if (!header.is_object()) throw bad(fmt::format("has a header that is not a JSON object: {}", header.dump()));
+  if (!header.is_object()) throw bad(fmt::format("has a header that is not a JSON object: {}", brief(header.dump())));
 
   struct Entry {
     TensorInfo info;
     std::size_t begin = 0, end = 0;
   };
   std::vector<Entry> entries;
-  for (const auto& [key, value] : header.items()) {
+  for (const std::string& key : order) {
+    const Json& value = header[key];
     if (key == "__metadata__") {
-      if (!value.is_object()) throw bad(fmt::format("has __metadata__ that is not an object: {}", value.dump()));
+      if (!value.is_object()) throw bad(fmt::format("has __metadata__ that is not an object: {}", brief(value.dump())));
       for (const auto& [name, text_value] : value.items()) {
         if (!text_value.is_string()) {
-          throw bad(fmt::format("has metadata '{}' that is not a string: {}", name, text_value.dump()));
+          throw bad(fmt::format("has metadata '{}' that is not a string: {}", brief(name), brief(text_value.dump())));
         }
         file.metadata_[name] = text_value.get<std::string>();
       }
       continue;
     }
-    const auto entry_bad = [&](const std::string& what) { return bad(fmt::format("tensor '{}' {}", key, what)); };
-    if (!value.is_object()) throw entry_bad(fmt::format("is not an object: {}", value.dump()));
+    const auto entry_bad = [&](const std::string& what) {
+      return bad(fmt::format("tensor '{}' {}", brief(key), what));
+    };
+    if (!value.is_object()) throw entry_bad(fmt::format("is not an object: {}", brief(value.dump())));
     for (const auto& [field, ignored] : value.items()) {
       if (field != "dtype" && field != "shape" && field != "data_offsets")
-        throw entry_bad(fmt::format("has an unknown field '{}'", field));
+        throw entry_bad(fmt::format("has an unknown field '{}'", brief(field)));
     }
     for (const char* field : {"dtype", "shape", "data_offsets"}) {
       if (!value.contains(field)) throw entry_bad(fmt::format("lacks '{}'", field));
     }
     const Json& dtype = value["dtype"];
     if (dtype != "F64")
-      throw entry_bad(
-          fmt::format("has dtype {}, expected F64", dtype.is_string() ? dtype.get<std::string>() : dtype.dump()));
+      throw entry_bad(fmt::format("has dtype {}, expected F64",
+                                  brief(dtype.is_string() ? dtype.get<std::string>() : dtype.dump())));
     const Json& shape = value["shape"];
     const Json& offsets = value["data_offsets"];
     const auto unsigned_array = [](const Json& a) {
       return a.is_array() && std::all_of(a.begin(), a.end(), [](const Json& x) { return x.is_number_unsigned(); });
     };
-    if (!unsigned_array(shape)) throw entry_bad(fmt::format("has an invalid shape {}", shape.dump()));
+    if (!unsigned_array(shape)) throw entry_bad(fmt::format("has an invalid shape {}", brief(shape.dump())));
     if (!unsigned_array(offsets) || offsets.size() != 2 || offsets[0] > offsets[1]) {
-      throw entry_bad(fmt::format("has invalid data_offsets {}", offsets.dump()));
+      throw entry_bad(fmt::format("has invalid data_offsets {}", brief(offsets.dump())));
     }
     Entry entry{.info = {.name = key, .shape = shape.get<std::vector<std::size_t>>()},
                 .begin = offsets[0].get<std::size_t>(),
@@ -169,11 +221,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   for (const Entry& e : entries) {
     if (e.begin < cursor) {
       throw bad(fmt::format("has tensor '{}' at bytes [{}, {}) overlapping the tensor before it, which ends at byte {}",
-                            e.info.name, e.begin, e.end, cursor));
+                            brief(e.info.name), e.begin, e.end, cursor));
     }
     if (e.begin > cursor) {
       throw bad(fmt::format("has a hole: bytes [{}, {}) of the data, before tensor '{}', belong to no tensor", cursor,
-                            e.begin, e.info.name));
+                            e.begin, brief(e.info.name)));
     }
     cursor = e.end;
   }
@@ -198,7 +250,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     if (digits.size() != kDigits || !std::all_of(digits.begin(), digits.end(), [](char c) {
           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
         })) {
-      throw bad(fmt::format("has a malformed checksum '{}' (expected {} hex digits)", digits, kDigits));
+      throw bad(fmt::format("has a malformed checksum '{}' (expected {} hex digits)", brief(digits), kDigits));
     }
     std::vector<double> block(std::min(kBlock, file.size_));
     std::uint64_t sum = 0;

@@ -416,6 +416,40 @@ TEST_F(SafetensorsFileTest, RejectsABadHeader) {
                   "names 'a' twice in its header");
 }
 
+TEST_F(SafetensorsFileTest, RejectsDeepNestingQuotingAShortPrefix) {
+  // 400 KB of brackets once overflowed the stack, in the message's dump().
+  const std::string deep(400'000, '[');
+  try {
+    put(path_, raw_file(deep, {}));
+    SafetensorsFile::open(path_);
+    ADD_FAILURE() << "a header of 400000 brackets was accepted";
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    EXPECT_TRUE(contains(message, "has a header that nests deeper than the format's 3 levels")) << message;
+    EXPECT_LT(message.size(), 300u) << message;
+  }
+  expect_header_rejected(R"({"dtype":"F64","shape":[[1]],"data_offsets":[16,24]})", "has a header that nests deeper");
+  const std::string long_name(100'000, 'x');
+  try {
+    put(path_, raw_file("{\"" + long_name + "\":1}", {}));
+    SafetensorsFile::open(path_);
+    ADD_FAILURE() << "a tensor that is a number was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_LT(std::string(error.what()).size(), 300u) << error.what();
+  }
+}
+
+TEST_F(SafetensorsFileTest, RejectsAbsurdHeaders) {
+  // A shape of 30 ones is valid JSON and addresses 8 bytes, but no tensor
+  // has rank 30; a header over 16 MiB describes far more than any model.
+  std::string ones = "1";
+  for (int i = 1; i < 30; ++i) ones += ",1";
+  expect_header_rejected(R"({"dtype":"F64","shape":[)" + ones + R"(],"data_offsets":[16,24]})",
+                         "has a header that has an array of more than 8 values");
+  const std::size_t n = (std::size_t{16} << 20) + 8;
+  expect_rejected(le64(n) + std::string(n, ' '), "has a header of 16777224 bytes, over the limit of 16777216");
+}
+
 TEST_F(SafetensorsFileTest, RejectsAFlippedDataByte) {
   std::string bytes = good_;
   bytes[bytes.size() - 20] ^= 0x10;
