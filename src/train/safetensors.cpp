@@ -22,8 +22,8 @@
 
 namespace tinyllm::train {
 
-using detail::brief, detail::checksum, detail::hex, detail::kBlock, detail::kDigits, detail::kMaxDepth,
-    detail::kMaxHeader, detail::kMaxRank, detail::multiply, detail::read_all;
+using detail::brief, detail::checksum, detail::header_checksum, detail::hex, detail::kBlock, detail::kDigits,
+    detail::kMaxDepth, detail::kMaxHeader, detail::kMaxRank, detail::multiply, detail::read_all;
 // Parsed into a sorted map, not ordered_json: its linear key lookups would
 // make a header of many tensors quadratic. The header's order is kept apart.
 using Json = nlohmann::json;
@@ -245,7 +245,16 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     file.tensors_.push_back(std::move(e.info));
   }
 
-  if (const auto stored = file.metadata_.find("checksum"); stored != file.metadata_.end()) {
+  // Our checkpoints always carry the checksum: one without it was edited.
+  const auto stored = file.metadata_.find("checksum");
+  if (const auto format = file.metadata_.find("format");
+      stored == file.metadata_.end() && format != file.metadata_.end() && format->second.starts_with("tinyllm")) {
+    throw bad(fmt::format(
+        "has tinyllm metadata (format '{}') but no checksum: it was edited after it was written, and its data and "
+        "metadata cannot be checked",
+        brief(format->second)));
+  }
+  if (stored != file.metadata_.end()) {
     const std::string& digits = stored->second;
     if (digits.size() != kDigits || !std::all_of(digits.begin(), digits.end(), [](char c) {
           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -253,14 +262,14 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
       throw bad(fmt::format("has a malformed checksum '{}' (expected {} hex digits)", brief(digits), kDigits));
     }
     std::vector<double> block(std::min(kBlock, file.size_));
-    std::uint64_t sum = 0;
+    std::uint64_t sum = header_checksum(file.tensors_, file.metadata_);
     for (std::size_t start = 0; start < file.size_; start += kBlock) {
       const std::span<double> part(block.data(), std::min(kBlock, file.size_ - start));
       file.read(start, part);
       sum += checksum(part, start);
     }
     if (hex(sum) != digits) {
-      throw bad(fmt::format("has a checksum mismatch (stored {}, computed {}): the data region is corrupt", digits,
+      throw bad(fmt::format("has a checksum mismatch (stored {}, computed {}): its data or metadata is corrupt", digits,
                             hex(sum)));
     }
   }

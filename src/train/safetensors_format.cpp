@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "../dist/fnv1a.h"
+
 namespace tinyllm::train::detail {
 namespace {
 
@@ -28,6 +30,19 @@ std::uint64_t checksum(std::span<const double> values, std::size_t first) {
     sum += mix64(std::bit_cast<std::uint64_t>(values[k]) ^ ((first + k) * 0x9e3779b97f4a7c15ull));
   }
   return sum;
+}
+
+std::uint64_t header_checksum(const std::vector<TensorInfo>& tensors, const Metadata& metadata) {
+  nlohmann::json table = nlohmann::json::array(), meta = nlohmann::json::object();  // a sorted map
+  for (const TensorInfo& t : tensors) table.push_back({t.name, t.shape});
+  for (const auto& [key, value] : metadata) {
+    if (key != "checksum") meta[key] = value;
+  }
+  // Invalid UTF-8 (possible only in a writer's arguments, which lay_out
+  // refuses) is replaced rather than thrown on here.
+  const std::string text =
+      nlohmann::json::array({table, meta}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return mix64(dist::fnv1a(text));
 }
 
 std::string hex(std::uint64_t value) { return fmt::format("{:016x}", value); }

@@ -44,6 +44,15 @@ inline constexpr std::size_t kDigits = 16;
 // the words from word `first` on.
 std::uint64_t checksum(std::span<const double> values, std::size_t first);
 
+// The header's share of the stored checksum, which is checksum() over the
+// whole data region plus this, mod 2^64, so that an edited step or shape
+// fails as a flipped data byte does. It is mix64 of the FNV-1a hash of one
+// canonical text: the compact JSON [[name, shape] per tensor in data order,
+// {key: value} of the metadata but "checksum", keys sorted]. The tensors'
+// offsets follow from their order and shapes; the header's spacing and key
+// order do not count.
+std::uint64_t header_checksum(const std::vector<TensorInfo>& tensors, const Metadata& metadata);
+
 std::string hex(std::uint64_t value);
 
 // At most the first 80 characters of text, marked when cut: what an error

@@ -23,8 +23,8 @@
 
 namespace tinyllm::train {
 
-using detail::checksum, detail::hex, detail::kBlock, detail::kChecksumAt, detail::kDigits, detail::Layout,
-    detail::lay_out, detail::read_all, detail::write_all;
+using detail::checksum, detail::header_checksum, detail::hex, detail::kBlock, detail::kChecksumAt, detail::kDigits,
+    detail::Layout, detail::lay_out, detail::read_all, detail::write_all;
 using dist::fnv1a;
 
 namespace {
@@ -296,7 +296,7 @@ void write(const std::string& path, Group& group, const std::vector<TensorInfo>&
   // 6. Rank 0 patches the checksum in, syncs, renames, syncs the directory,
   //    and tells every rank how it went.
   if (r == 0) {
-    const std::string digits = hex(sum);
+    const std::string digits = hex(sum + header_checksum(tensors, metadata));
     failure.note(kWrite, write_all(temp.fd, digits.data(), kDigits, kChecksumAt));
     if (!failure) failure.note(kSync, ::fsync(temp.fd) == 0 ? 0 : errno);
     ::close(temp.fd);

@@ -127,12 +127,13 @@ bool contains(const std::string& text, const std::string& fragment) { return tex
 TEST(SafetensorsTest, WritesTheExactBytesOfTheFormat) {
   // Two tensors out of alphabetical order and one metadata entry. The header
   // is the reference's compact JSON, the checksum first (its value from an
-  // independent Python computation of the documented hash), padded with
+  // independent Python computation of the documented hash of the data and
+  // the header), padded with
   // spaces to 176 bytes so the data starts at byte 184, a multiple of 8.
   TempDir dir;
   const std::string path = dir.file("tiny.safetensors");
   write_safetensors(path, {{"wte", {2}}, {"a", {1, 1}}}, {{"step", "7"}}, std::vector<double>{1.0, -2.5, 0.125});
-  const std::string header = R"({"__metadata__":{"checksum":"93131559f58024f4","step":"7"},)"
+  const std::string header = R"({"__metadata__":{"checksum":"5f90977b5cd4c6d9","step":"7"},)"
                              R"("wte":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},)"
                              R"("a":{"dtype":"F64","shape":[1,1],"data_offsets":[16,24]}}    )";
   const std::string expected = std::string("\xb0\0\0\0\0\0\0\0", 8) + header +
@@ -243,7 +244,8 @@ TEST(SafetensorsTest, WritesEmptyDataRegions) {
   EXPECT_EQ(file.size(), 0u);
   ASSERT_EQ(file.tensors().size(), 1u);
   EXPECT_EQ(file.tensors()[0].name, "e");
-  EXPECT_EQ(file.metadata().at("checksum"), "0000000000000000");
+  // No data: the checksum is the header's share alone (the same Python).
+  EXPECT_EQ(file.metadata().at("checksum"), "c44b1a354ffd3350");
   write_safetensors(path, {}, {}, std::span<const double>());
   EXPECT_TRUE(SafetensorsFile::open(path).tensors().empty());
 }
@@ -456,6 +458,28 @@ TEST_F(SafetensorsFileTest, RejectsAFlippedDataByte) {
   expect_rejected(bytes, "has a checksum mismatch");
   put(path_, good_);
   EXPECT_NO_THROW(SafetensorsFile::open(path_));
+}
+
+TEST_F(SafetensorsFileTest, RejectsEditedMetadata) {
+  // The step edited from 12 to 19: the header is as valid as before.
+  std::string bytes = good_;
+  const std::size_t at = bytes.find(R"("step":"12")");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 9] = '9';
+  expect_rejected(bytes, "has a checksum mismatch");
+  // A tensor renamed, to a name of the same length.
+  bytes = good_;
+  bytes.replace(bytes.find(R"("ln_f.bias")"), 11, R"("ln_f.bixs")");
+  expect_rejected(bytes, "has a checksum mismatch");
+}
+
+TEST_F(SafetensorsFileTest, RejectsOurFormatWithoutItsChecksum) {
+  // The checksum's key renamed and a data byte flipped: without the rule,
+  // a file of ours would load unchecked.
+  std::string bytes = good_;
+  bytes.replace(bytes.find(R"("checksum")"), 10, R"("checksun")");
+  bytes[bytes.size() - 20] ^= 0x10;
+  expect_rejected(bytes, "has tinyllm metadata (format 'tinyllm') but no checksum");
 }
 
 TEST_F(SafetensorsFileTest, RejectsReadsOutsideTheRegion) {
