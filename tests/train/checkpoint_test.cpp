@@ -279,5 +279,42 @@ TEST(CheckpointTest, RefusesACorruptTruncatedOrMismatchedCheckpoint) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out/step-00000006.safetensors"));
 }
 
+// Metadata whose sizes disagree with the tensors, under a valid checksum
+// (written by the writer): refused before a model of those sizes is built,
+// which for n_embd 100000 or n_layer 10^8 would take gigabytes, and for
+// n_embd 2^64 − 1 overflow.
+TEST(CheckpointTest, RefusesSizesTheTensorsDoNotHave) {
+  const testing::ScratchDir dir("tinyllm-ckpt-sizes");
+  train(saving_run(dir, "a", 1, 0));
+  const SafetensorsFile good = SafetensorsFile::open(checkpoint_path(dir / "a", 3));
+  const std::vector<double> values = testing::read_all(good.path());
+  const std::string path = dir / "edited.safetensors";
+  const auto edited = [&](const Metadata& changes) {
+    Metadata metadata = good.metadata();
+    metadata.erase("checksum");
+    for (const auto& [key, value] : changes) metadata[key] = value;
+    write_safetensors(path, good.tensors(), metadata, values);
+    return SafetensorsFile::open(path);
+  };
+  const std::string huge = std::to_string(std::numeric_limits<std::uint64_t>::max());
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_embd", "100000"}})), std::invalid_argument,
+                    "metadata 'n_embd' is 100000, more than the");
+  EXPECT_THROW_WITH(load_gpt(edited({{"n_embd", "100000"}})), std::invalid_argument, "metadata 'n_embd' is 100000");
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_embd", huge}, {"n_head", "1"}})), std::invalid_argument,
+                    "metadata 'n_embd' is " + huge);
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_layer", "100000000"}})), std::invalid_argument,
+                    "holds 84 tensors, but its metadata's n_layer 100000000 needs 3 × (4 + 12 × 100000000)");
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_embd", "32"}})), std::invalid_argument,
+                    "its tensor 0 ('wte.weight') has shape [256, 16], but its metadata's sizes (n_embd 32");
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"vocab_size", "255"}})), std::invalid_argument, "give [255, 16]");
+  EXPECT_NO_THROW(read_checkpoint_info(edited({})));
+  TrainOptions o = testing::tiny_run(1, 0);
+  o.steps = 6;
+  o.resume = path;
+  edited({{"n_layer", "100000000"}});
+  o.model.n_layer = 100000000;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "n_layer 100000000 needs");
+}
+
 }  // namespace
 }  // namespace tinyllm::train
