@@ -5,6 +5,8 @@
 // renames the file into place. write() below numbers the steps 1 to 6.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,6 +88,45 @@ struct TempFile {
     if (fd >= 0) ::close(fd);
     if (!name.empty() && !renamed) ::unlink(name.c_str());
   }
+};
+
+// A write past the file size limit (RLIMIT_FSIZE) raises SIGXFSZ, which by
+// default kills the process silently, and only where the signal is ignored
+// or blocked does write() fail with EFBIG instead. A library must not change
+// the process's dispositions, so while it writes, the calling thread blocks
+// the signal (the kernel sends it to the thread that wrote) and on the way
+// out discards the one its writes raised; EFBIG is then reported as ENOSPC
+// is, and the temporary file removed.
+class FileSizeSignalBlocked {
+ public:
+  FileSizeSignalBlocked() {
+    sigset_t xfsz;
+    sigemptyset(&xfsz);
+    sigaddset(&xfsz, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &xfsz, &saved_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGXFSZ) == 1;
+  }
+  ~FileSizeSignalBlocked() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGXFSZ) == 1) {
+      sigset_t xfsz;
+      sigemptyset(&xfsz);
+      sigaddset(&xfsz, SIGXFSZ);
+      const timespec now{};
+      while (sigtimedwait(&xfsz, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  FileSizeSignalBlocked(const FileSizeSignalBlocked&) = delete;
+  FileSizeSignalBlocked& operator=(const FileSizeSignalBlocked&) = delete;
+
+ private:
+  sigset_t saved_;
+  bool was_pending_ = false;
 };
 
 struct Span {
@@ -170,6 +211,7 @@ std::vector<std::vector<Span>> agree(const std::string& path, Group& group, cons
 void write(const std::string& path, Group& group, const std::vector<TensorInfo>& tensors, const Metadata& metadata,
            std::span<const Piece> pieces, SharedFiles shared) {
   const int p = group.size(), r = group.rank();
+  const FileSizeSignalBlocked no_sigxfsz;
   Layout layout = lay_out(tensors, metadata);
   std::vector<Piece> mine;
   for (const Piece& piece : pieces) {

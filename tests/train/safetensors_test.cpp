@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <tinyllm/dist/chunk.h>
 #include <tinyllm/dist/procs_comm.h>
 #include <tinyllm/dist/threads_comm.h>
@@ -279,6 +280,41 @@ TEST(SafetensorsTest, FailedWriteKeepsTheOldFileAndLeavesNoTemporary) {
   }
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::signal(SIGXFSZ, saved_handler);
+  EXPECT_EQ(contents(path), old);
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"model.safetensors"});
+}
+
+TEST(SafetensorsTest, AFileSizeLimitIsAnErrorNotASignal) {
+  // As `ulimit -f` leaves a process: SIGXFSZ at its default, which kills. A
+  // child writes under the limit, so that the signal, were it raised, kills
+  // only the child; it exits 0 when the write threw EFBIG's message.
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  write_safetensors(path, kTensors, kMetadata, values(kN));
+  const std::string old = contents(path);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_DFL);
+    const rlimit limited{.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
+    bool reported = false;
+    if (::setrlimit(RLIMIT_FSIZE, &limited) == 0) {
+      try {
+        write_safetensors(path, {{"big", {20'000}}}, kMetadata, values(20'000));
+      } catch (const std::runtime_error& error) {
+        reported =
+            contains(error.what(), "cannot write the temporary file") && contains(error.what(), std::strerror(EFBIG));
+      }
+    }
+    sigset_t pending;
+    sigpending(&pending);
+    ::_exit(reported && sigismember(&pending, SIGXFSZ) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "killed by " + std::string(strsignal(WTERMSIG(status)))
+                              : "exit status " + std::to_string(WEXITSTATUS(status)));
   EXPECT_EQ(contents(path), old);
   EXPECT_EQ(dir.names(), std::vector<std::string>{"model.safetensors"});
 }
