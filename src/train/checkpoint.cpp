@@ -94,6 +94,31 @@ std::string find_checkpoint(const std::string& path_or_dir) {
   return latest;
 }
 
+std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
+  // The writer's name for its temporary: path + "." + 16 hex digits + ".tmp".
+  const auto is_temporary = [](std::string_view name) {
+    constexpr std::string_view kSuffix = ".tmp", kKind = ".safetensors.";
+    if (!name.ends_with(kSuffix)) return false;
+    name.remove_suffix(kSuffix.size());
+    if (name.size() < detail::kDigits + kKind.size()) return false;
+    const std::string_view digits = name.substr(name.size() - detail::kDigits);
+    name.remove_suffix(detail::kDigits);
+    return name.ends_with(kKind) && std::all_of(digits.begin(), digits.end(), [](char c) {
+             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+  };
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    std::error_code ignored;
+    if (entry.is_regular_file(ignored) && is_temporary(entry.path().filename().string()) &&
+        fs::remove(entry.path(), ignored)) {
+      removed.push_back(entry.path().string());
+    }
+  }
+  return removed;
+}
+
 std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model) {
   std::vector<TensorInfo> tensors;
   const auto named = model.named_parameters();

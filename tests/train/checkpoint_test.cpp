@@ -279,6 +279,29 @@ TEST(CheckpointTest, RefusesACorruptTruncatedOrMismatchedCheckpoint) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out/step-00000006.safetensors"));
 }
 
+// A save killed mid-write leaves its temporary file; the next run saving
+// into the directory removes it, and only what has the writer's name.
+TEST(CheckpointTest, StaleTemporariesAreRemovedBeforeSaving) {
+  const testing::ScratchDir dir("tinyllm-ckpt-stale");
+  std::filesystem::create_directories(dir / "a");
+  const std::vector<std::string> stale = {"step-00000003.safetensors.0123456789abcdef.tmp"};
+  const std::vector<std::string> kept = {"step-00000003.safetensors.0123456789abcdeg.tmp", "notes.0123456789abcdef.tmp",
+                                         "step-00000003.safetensors.tmp", "step-00000001.safetensors"};
+  for (const auto& names : {stale, kept}) {
+    for (const std::string& name : names) std::ofstream(dir / ("a/" + name)) << "x";
+  }
+  TrainOptions o = saving_run(dir, "a", 1, 0);
+  o.steps = 3;
+  train(o);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "a")) left.push_back(entry.path().filename());
+  std::sort(left.begin(), left.end());
+  std::vector<std::string> expected = kept;
+  expected.push_back("step-00000003.safetensors");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(left, expected);
+}
+
 // Metadata whose sizes disagree with the tensors, under a valid checksum
 // (written by the writer): refused before a model of those sizes is built,
 // which for n_embd 100000 or n_layer 10^8 would take gigabytes, and for
