@@ -36,15 +36,29 @@ namespace {
 bool counting = false;
 std::size_t allocated = 0;
 
+void* counted_malloc(std::size_t bytes) noexcept {
+  if (counting) allocated += bytes;
+  return std::malloc(bytes == 0 ? 1 : bytes);
+}
+
 }  // namespace
 
+// Every form the loader's containers use (stable_sort's buffer is a nothrow
+// new), all on malloc and free, so that a sanitizer's own operator new never
+// meets this free.
 void* operator new(std::size_t bytes) {
-  if (counting) allocated += bytes;
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  if (void* p = counted_malloc(bytes)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t bytes) { return ::operator new(bytes); }
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept { return counted_malloc(bytes); }
+void* operator new[](std::size_t bytes, const std::nothrow_t&) noexcept { return counted_malloc(bytes); }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace tinyllm::train {
 namespace {
