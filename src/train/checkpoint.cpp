@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "difference.h"
+#include "safetensors_format.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/replica.h"
 
@@ -36,6 +37,42 @@ std::uint64_t read_number(const SafetensorsFile& file, const std::string& key) {
 
 std::string shape_string(const std::vector<std::size_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
+// The file's tensors against the sizes its metadata gives, before anyone
+// builds a model of those sizes: a model made from a checked config is no
+// larger than the file. The count first (3 regions of 4 + 12·n_layer
+// tensors), which bounds n_layer by the header; then every size against the
+// file's length, so that 4·n_embd and the shapes below cannot overflow; then
+// each shape. The names are load_model's to check.
+void check_shapes(const SafetensorsFile& file, const nn::GPTConfig& c) {
+  constexpr auto regions = static_cast<std::size_t>(kNumRegions);
+  const std::size_t held = file.tensors().size();
+  const std::size_t per_region = held / regions, blocks = per_region < 4 ? 0 : (per_region - 4) / 12;
+  if (held % regions != 0 || per_region < 4 + 12 || (per_region - 4) % 12 != 0 || blocks != c.n_layer) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}' holds {} tensors, but its metadata's n_layer {} needs {} × (4 + 12 × {})",
+                    file.path(), held, c.n_layer, kNumRegions, c.n_layer));
+  }
+  for (const auto& [key, size] :
+       {std::pair{"vocab_size", c.vocab_size}, std::pair{"block_size", c.block_size}, std::pair{"n_embd", c.n_embd}}) {
+    if (size > file.size()) {
+      throw std::invalid_argument(fmt::format("checkpoint '{}': metadata '{}' is {}, more than the {} values it holds",
+                                              file.path(), key, size, file.size()));
+    }
+  }
+  const std::vector<Shape> shapes = c.parameter_shapes();
+  for (std::size_t i = 0; i < held; ++i) {
+    const Shape& wants = shapes[i % shapes.size()];
+    const TensorInfo& t = file.tensors()[i];
+    if (t.shape != wants) {
+      throw std::invalid_argument(fmt::format(
+          "checkpoint '{}': its tensor {} ('{}') has shape {}, but its metadata's sizes (n_embd {}, vocab_size {}, "
+          "block_size {}) give {}",
+          file.path(), i, detail::brief(t.name), shape_string(t.shape), c.n_embd, c.vocab_size, c.block_size,
+          shape_string(wants)));
+    }
+  }
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir, std::size_t step) {
@@ -56,6 +93,31 @@ std::string find_checkpoint(const std::string& path_or_dir) {
     throw std::invalid_argument(fmt::format("no checkpoint (step-*.safetensors) in directory '{}'", path_or_dir));
   }
   return latest;
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
+  // The writer's name for its temporary: path + "." + 16 hex digits + ".tmp".
+  const auto is_temporary = [](std::string_view name) {
+    constexpr std::string_view kSuffix = ".tmp", kKind = ".safetensors.";
+    if (!name.ends_with(kSuffix)) return false;
+    name.remove_suffix(kSuffix.size());
+    if (name.size() < detail::kDigits + kKind.size()) return false;
+    const std::string_view digits = name.substr(name.size() - detail::kDigits);
+    name.remove_suffix(detail::kDigits);
+    return name.ends_with(kKind) && std::all_of(digits.begin(), digits.end(), [](char c) {
+             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+  };
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    std::error_code ignored;
+    if (entry.is_regular_file(ignored) && is_temporary(entry.path().filename().string()) &&
+        fs::remove(entry.path(), ignored)) {
+      removed.push_back(entry.path().string());
+    }
+  }
+  return removed;
 }
 
 std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model) {
@@ -109,6 +171,7 @@ CheckpointInfo read_checkpoint_info(const SafetensorsFile& file) {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("checkpoint '{}': {}", file.path(), e.what()));
   }
+  check_shapes(file, info.config);
   return info;
 }
 

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "../dist/fnv1a.h"
+
 namespace tinyllm::train::detail {
 namespace {
 
@@ -30,7 +32,26 @@ std::uint64_t checksum(std::span<const double> values, std::size_t first) {
   return sum;
 }
 
+std::uint64_t header_checksum(const std::vector<TensorInfo>& tensors, const Metadata& metadata) {
+  nlohmann::json table = nlohmann::json::array(), meta = nlohmann::json::object();  // a sorted map
+  for (const TensorInfo& t : tensors) table.push_back({t.name, t.shape});
+  for (const auto& [key, value] : metadata) {
+    if (key != "checksum") meta[key] = value;
+  }
+  // Invalid UTF-8 (possible only in a writer's arguments, which lay_out
+  // refuses) is replaced rather than thrown on here.
+  const std::string text =
+      nlohmann::json::array({table, meta}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return mix64(dist::fnv1a(text));
+}
+
 std::string hex(std::uint64_t value) { return fmt::format("{:016x}", value); }
+
+std::string brief(std::string_view text) {
+  constexpr std::size_t kQuoted = 80;
+  return text.size() <= kQuoted ? std::string(text)
+                                : fmt::format("{}... ({} bytes)", text.substr(0, kQuoted), text.size());
+}
 
 int write_all(int fd, const void* data, std::size_t bytes, std::size_t at) {
   const char* p = static_cast<const char*>(data);
@@ -70,6 +91,11 @@ Layout lay_out(const std::vector<TensorInfo>& tensors, const Metadata& metadata)
     std::size_t numel = 1, bytes = 0;
     for (std::size_t d : t.shape) {
       if (!multiply(numel, d, numel)) numel = SIZE_MAX;
+    }
+    if (t.shape.size() > kMaxRank) {
+      out.problem =
+          fmt::format("tensor '{}' has rank {}, above the limit of {}", brief(t.name), t.shape.size(), kMaxRank);
+      return out;
     }
     if (t.name.empty() || t.name == "__metadata__" || header.contains(t.name)) {
       out.problem = fmt::format("tensor name '{}' must be non-empty, not __metadata__ and unique", t.name);

@@ -2,9 +2,12 @@
 // they write, rank 0 creates a temporary file beside the path, every rank
 // writes its pieces into it (or gathers them through rank 0, where the ranks
 // do not share the file), they vote, and rank 0 patches in the checksum and
-// renames the file into place. write() below numbers the steps 1 to 6.
+// renames the file into place. write() below takes step 1 and Writer, one
+// method a step, steps 2 to 6.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,8 +26,8 @@
 
 namespace tinyllm::train {
 
-using detail::checksum, detail::hex, detail::kBlock, detail::kChecksumAt, detail::kDigits, detail::Layout,
-    detail::lay_out, detail::read_all, detail::write_all;
+using detail::checksum, detail::header_checksum, detail::hex, detail::kBlock, detail::kChecksumAt, detail::kDigits,
+    detail::Layout, detail::lay_out, detail::read_all, detail::write_all;
 using dist::fnv1a;
 
 namespace {
@@ -86,6 +89,45 @@ struct TempFile {
     if (fd >= 0) ::close(fd);
     if (!name.empty() && !renamed) ::unlink(name.c_str());
   }
+};
+
+// A write past the file size limit (RLIMIT_FSIZE) raises SIGXFSZ, which by
+// default kills the process silently, and only where the signal is ignored
+// or blocked does write() fail with EFBIG instead. A library must not change
+// the process's dispositions, so while it writes, the calling thread blocks
+// the signal (the kernel sends it to the thread that wrote) and on the way
+// out discards the one its writes raised; EFBIG is then reported as ENOSPC
+// is, and the temporary file removed.
+class FileSizeSignalBlocked {
+ public:
+  FileSizeSignalBlocked() {
+    sigset_t xfsz;
+    sigemptyset(&xfsz);
+    sigaddset(&xfsz, SIGXFSZ);
+    pthread_sigmask(SIG_BLOCK, &xfsz, &saved_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGXFSZ) == 1;
+  }
+  ~FileSizeSignalBlocked() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGXFSZ) == 1) {
+      sigset_t xfsz;
+      sigemptyset(&xfsz);
+      sigaddset(&xfsz, SIGXFSZ);
+      const timespec now{};
+      while (sigtimedwait(&xfsz, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  FileSizeSignalBlocked(const FileSizeSignalBlocked&) = delete;
+  FileSizeSignalBlocked& operator=(const FileSizeSignalBlocked&) = delete;
+
+ private:
+  sigset_t saved_;
+  bool was_pending_ = false;
 };
 
 struct Span {
@@ -166,10 +208,182 @@ std::vector<std::vector<Span>> agree(const std::string& path, Group& group, cons
   return spans;
 }
 
-// The collective write, steps 1 to 6.
+// Steps 2 to 6 of the collective write, one method each, on what step 1
+// agreed: the layout, this rank's pieces and every rank's spans.
+class Writer {
+ public:
+  Writer(const std::string& path, Group& group, Layout& layout, const std::vector<Piece>& mine,
+         const std::vector<std::vector<Span>>& spans, SharedFiles shared)
+      : path_(path), group_(group), layout_(layout), mine_(mine), spans_(spans), shared_(shared) {}
+
+  // 2. Rank 0 creates the temporary file and writes the header, with a
+  //    random nonce where the checksum will go; every rank learns the
+  //    outcome and the nonce, hence the file's name.
+  void create() {
+    std::uint64_t nonce = 0;
+    if (r() == 0) {
+      failure_.note(kNonce, ::getentropy(&nonce, sizeof nonce) == 0 ? 0 : errno);
+      if (!failure_) {
+        temp_.fd = ::open(temp_name(nonce).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        failure_.note(kCreate, temp_.fd < 0 ? errno : 0);
+      }
+      if (temp_.fd >= 0) {
+        temp_.name = temp_name(nonce);
+        layout_.header.replace(kChecksumAt, kDigits, hex(nonce));
+        failure_.note(kWrite, write_all(temp_.fd, layout_.header.data(), layout_.header.size(), 0));
+      }
+    }
+    const std::vector<std::uint64_t> created = group_.broadcast({failure_.step, failure_.err, nonce}, 0);
+    nonce_ = created[2];
+    temp_path_ = temp_name(nonce_);
+    if (created[0] != kOk) fail(0, created[0], created[1]);
+    temp_.name = temp_path_;
+  }
+
+  // 3. Who writes: every rank where each finds the nonce in the file it
+  //    opens by that name (so it is the one file), else rank 0 alone.
+  void choose_writers() {
+    const int p = group_.size();
+    direct_ = shared_ != SharedFiles::No;
+    if (!direct_ || p == 1) return;
+    bool sees = r() == 0;
+    if (r() != 0) {
+      temp_.fd = ::open(temp_path_.c_str(), O_RDWR | O_CLOEXEC);
+      std::array<char, kDigits> digits{};
+      sees = temp_.fd >= 0 && read_all(temp_.fd, digits.data(), kDigits, kChecksumAt) == 0 &&
+             std::string_view(digits.data(), kDigits) == hex(nonce_);
+    }
+    const std::vector<std::uint64_t> seen = group_.all_gather(std::array<std::uint64_t, 1>{sees ? 1u : 0u});
+    for (int q = 0; q < p && direct_; ++q) direct_ = seen[static_cast<std::size_t>(q)] != 0;
+    if (!direct_ && shared_ == SharedFiles::Yes) {
+      const int q = static_cast<int>(std::find(seen.begin(), seen.end(), 0u) - seen.begin());
+      throw std::runtime_error(
+          fmt::format("checkpoint '{}': rank {} does not see rank 0's temporary file '{}' "
+                      "(SharedFiles::Yes)",
+                      path_, q, temp_path_));
+    }
+  }
+
+  // 4. Write, each rank hashing its own values (its checksum partial sum,
+  //    returned). A failure waits for the vote, so no rank leaves the
+  //    collectives early. Gathered through rank 0, rank q's values go out
+  //    in blocks of kBlock, its pieces end to end, by broadcast from q;
+  //    rank 0 writes each run where the piece says.
+  std::uint64_t write_values() {
+    const int p = group_.size();
+    const std::size_t data_at = layout_.header.size();
+    std::uint64_t partial = 0;
+    for (const Piece& piece : mine_) partial += checksum(piece.values, piece.offset);
+    if (r() == 0 || direct_) {
+      for (const Piece& piece : mine_) {
+        failure_.note(kWrite,
+                      write_all(temp_.fd, piece.values.data(), 8 * piece.values.size(), data_at + 8 * piece.offset));
+      }
+    }
+    std::vector<double> block;
+    for (int q = 1; q < p && !direct_; ++q) {
+      const auto& theirs = spans_[static_cast<std::size_t>(q)];
+      std::size_t values = 0;
+      for (const Span& s : theirs) values += s.size;
+      for (std::size_t start = 0; start < values; start += kBlock) {
+        block.resize(std::min(kBlock, values - start));
+        for_each_run(theirs, start, block.size(),
+                     [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
+                       if (r() == q)
+                         std::copy_n(mine_[i].values.begin() + static_cast<std::ptrdiff_t>(within), len,
+                                     block.begin() + static_cast<std::ptrdiff_t>(at));
+                     });
+        group_.broadcast_values(block, q);
+        if (r() != 0) continue;
+        for_each_run(
+            theirs, start, block.size(), [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
+              failure_.note(kWrite,
+                            write_all(temp_.fd, block.data() + at, 8 * len, data_at + 8 * (theirs[i].offset + within)));
+            });
+      }
+    }
+    if (r() != 0 && temp_.fd >= 0) {
+      if (direct_) failure_.note(kSync, ::fsync(temp_.fd) == 0 ? 0 : errno);  // a network filesystem flushes per client
+      ::close(temp_.fd);
+      temp_.fd = -1;
+    }
+    return partial;
+  }
+
+  // 5. Vote, and add up the checksum (integers: any order gives the same).
+  std::uint64_t vote(std::uint64_t partial) {
+    const std::vector<std::uint64_t> votes =
+        group_.all_gather(std::array<std::uint64_t, 3>{failure_.step, failure_.err, partial});
+    std::uint64_t sum = 0;
+    for (int q = 0; q < group_.size(); ++q) {
+      if (votes[3 * q] != kOk) fail(q, votes[3 * q], votes[3 * q + 1]);
+      sum += votes[3 * q + 2];
+    }
+    return sum;
+  }
+
+  // 6. Rank 0 patches the checksum in, syncs, renames, syncs the directory,
+  //    and tells every rank how it went.
+  void commit(std::uint64_t checksum) {
+    if (r() == 0) {
+      const std::string digits = hex(checksum);
+      failure_.note(kWrite, write_all(temp_.fd, digits.data(), kDigits, kChecksumAt));
+      if (!failure_) failure_.note(kSync, ::fsync(temp_.fd) == 0 ? 0 : errno);
+      ::close(temp_.fd);
+      temp_.fd = -1;
+      if (!failure_) {
+        failure_.note(kRename, ::rename(temp_path_.c_str(), path_.c_str()) == 0 ? 0 : errno);
+        temp_.renamed = !failure_;
+      }
+      if (!failure_) {
+        std::string directory = std::filesystem::path(path_).parent_path().string();
+        const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        failure_.note(kSyncDirectory, fd < 0 ? errno : ::fsync(fd) == 0 ? 0 : errno);
+        if (fd >= 0) ::close(fd);
+      }
+    }
+    const std::vector<std::uint64_t> done = group_.broadcast({failure_.step, failure_.err}, 0);
+    temp_.renamed = done[0] == kOk || done[0] == kSyncDirectory;
+    if (done[0] != kOk) fail(0, done[0], done[1]);
+  }
+
+ private:
+  int r() const { return group_.rank(); }
+  std::string temp_name(std::uint64_t nonce) const { return fmt::format("{}.{}.tmp", path_, hex(nonce)); }
+
+  // Every rank throws the same error for rank q's failed step.
+  [[noreturn]] void fail(int q, std::uint64_t step, std::uint64_t err) const {
+    const char* why = std::strerror(static_cast<int>(err));
+    if (step == kRename)
+      throw std::runtime_error(fmt::format("checkpoint '{}': cannot rename '{}' to it: {}", path_, temp_path_, why));
+    if (step == kSyncDirectory)
+      throw std::runtime_error(fmt::format("checkpoint '{}': cannot sync its directory: {}", path_, why));
+    const char* verb = step == kNonce    ? "draw a name for"
+                       : step == kCreate ? "create"
+                       : step == kWrite  ? "write"
+                                         : "sync";
+    const std::string where = group_.size() == 1 ? std::string() : fmt::format("rank {} ", q);
+    throw std::runtime_error(
+        fmt::format("checkpoint '{}': {}cannot {} the temporary file '{}': {}", path_, where, verb, temp_path_, why));
+  }
+
+  const std::string& path_;
+  Group& group_;
+  Layout& layout_;
+  const std::vector<Piece>& mine_;
+  const std::vector<std::vector<Span>>& spans_;
+  SharedFiles shared_;
+  TempFile temp_;
+  Failure failure_;
+  std::uint64_t nonce_ = 0;
+  std::string temp_path_;
+  bool direct_ = false;
+};
+
+// The collective write: step 1 here, steps 2 to 6 in Writer.
 void write(const std::string& path, Group& group, const std::vector<TensorInfo>& tensors, const Metadata& metadata,
            std::span<const Piece> pieces, SharedFiles shared) {
-  const int p = group.size(), r = group.rank();
+  const FileSizeSignalBlocked no_sigxfsz;
   Layout layout = lay_out(tensors, metadata);
   std::vector<Piece> mine;
   for (const Piece& piece : pieces) {
@@ -180,141 +394,12 @@ void write(const std::string& path, Group& group, const std::vector<TensorInfo>&
     if (!piece.values.empty()) mine.push_back(piece);
   }
   const std::vector<std::vector<Span>> spans = agree(path, group, layout, mine, shared);
-  const auto where = [p](int q) { return p == 1 ? std::string() : fmt::format("rank {} ", q); };
-
-  // 2. Rank 0 creates the temporary file and writes the header, with a
-  //    random nonce where the checksum will go; every rank learns the
-  //    outcome and the nonce, hence the file's name.
-  const auto temp_name = [&](std::uint64_t nonce) { return fmt::format("{}.{}.tmp", path, hex(nonce)); };
-  TempFile temp;
-  Failure failure;
-  std::uint64_t nonce = 0;
-  if (r == 0) {
-    failure.note(kNonce, ::getentropy(&nonce, sizeof nonce) == 0 ? 0 : errno);
-    if (!failure) {
-      temp.fd = ::open(temp_name(nonce).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      failure.note(kCreate, temp.fd < 0 ? errno : 0);
-    }
-    if (temp.fd >= 0) {
-      temp.name = temp_name(nonce);
-      layout.header.replace(kChecksumAt, kDigits, hex(nonce));
-      failure.note(kWrite, write_all(temp.fd, layout.header.data(), layout.header.size(), 0));
-    }
-  }
-  const std::vector<std::uint64_t> created = group.broadcast({failure.step, failure.err, nonce}, 0);
-  nonce = created[2];
-  const std::string temp_path = temp_name(nonce);
-  const auto fail = [&](int q, std::uint64_t step, std::uint64_t err) {
-    const char* why = std::strerror(static_cast<int>(err));
-    if (step == kRename)
-      throw std::runtime_error(fmt::format("checkpoint '{}': cannot rename '{}' to it: {}", path, temp_path, why));
-    if (step == kSyncDirectory)
-      throw std::runtime_error(fmt::format("checkpoint '{}': cannot sync its directory: {}", path, why));
-    const char* verb = step == kNonce    ? "draw a name for"
-                       : step == kCreate ? "create"
-                       : step == kWrite  ? "write"
-                                         : "sync";
-    throw std::runtime_error(
-        fmt::format("checkpoint '{}': {}cannot {} the temporary file '{}': {}", path, where(q), verb, temp_path, why));
-  };
-  if (created[0] != kOk) fail(0, created[0], created[1]);
-  temp.name = temp_path;
-
-  // 3. Who writes: every rank where each finds the nonce in the file it
-  //    opens by that name (so it is the one file), else rank 0 alone.
-  bool direct = shared != SharedFiles::No;
-  if (direct && p > 1) {
-    bool sees = r == 0;
-    if (r != 0) {
-      temp.fd = ::open(temp_path.c_str(), O_RDWR | O_CLOEXEC);
-      std::array<char, kDigits> digits{};
-      sees = temp.fd >= 0 && read_all(temp.fd, digits.data(), kDigits, kChecksumAt) == 0 &&
-             std::string_view(digits.data(), kDigits) == hex(nonce);
-    }
-    const std::vector<std::uint64_t> seen = group.all_gather(std::array<std::uint64_t, 1>{sees ? 1u : 0u});
-    for (int q = 0; q < p && direct; ++q) direct = seen[static_cast<std::size_t>(q)] != 0;
-    if (!direct && shared == SharedFiles::Yes) {
-      const int q = static_cast<int>(std::find(seen.begin(), seen.end(), 0u) - seen.begin());
-      throw std::runtime_error(
-          fmt::format("checkpoint '{}': rank {} does not see rank 0's temporary file '{}' "
-                      "(SharedFiles::Yes)",
-                      path, q, temp_path));
-    }
-  }
-
-  // 4. Write, each rank hashing its own values (its checksum partial sum).
-  //    A failure waits for the vote, so no rank leaves the collectives early.
-  //    Gathered through rank 0, rank q's values go out in blocks of kBlock,
-  //    its pieces end to end, by broadcast from q; rank 0 writes each run
-  //    where the piece says.
-  const std::size_t data_at = layout.header.size();
-  std::uint64_t partial = 0;
-  for (const Piece& piece : mine) partial += checksum(piece.values, piece.offset);
-  if (r == 0 || direct) {
-    for (const Piece& piece : mine) {
-      failure.note(kWrite,
-                   write_all(temp.fd, piece.values.data(), 8 * piece.values.size(), data_at + 8 * piece.offset));
-    }
-  }
-  std::vector<double> block;
-  for (int q = 1; q < p && !direct; ++q) {
-    const auto& theirs = spans[static_cast<std::size_t>(q)];
-    std::size_t values = 0;
-    for (const Span& s : theirs) values += s.size;
-    for (std::size_t start = 0; start < values; start += kBlock) {
-      block.resize(std::min(kBlock, values - start));
-      for_each_run(theirs, start, block.size(),
-                   [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
-                     if (r == q)
-                       std::copy_n(mine[i].values.begin() + static_cast<std::ptrdiff_t>(within), len,
-                                   block.begin() + static_cast<std::ptrdiff_t>(at));
-                   });
-      group.broadcast_values(block, q);
-      if (r != 0) continue;
-      for_each_run(
-          theirs, start, block.size(), [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
-            failure.note(kWrite,
-                         write_all(temp.fd, block.data() + at, 8 * len, data_at + 8 * (theirs[i].offset + within)));
-          });
-    }
-  }
-  if (r != 0 && temp.fd >= 0) {
-    if (direct) failure.note(kSync, ::fsync(temp.fd) == 0 ? 0 : errno);  // a network filesystem flushes per client
-    ::close(temp.fd);
-    temp.fd = -1;
-  }
-
-  // 5. Vote, and add up the checksum (integers: any order gives the same).
-  const std::vector<std::uint64_t> votes =
-      group.all_gather(std::array<std::uint64_t, 3>{failure.step, failure.err, partial});
-  std::uint64_t sum = 0;
-  for (int q = 0; q < p; ++q) {
-    if (votes[3 * q] != kOk) fail(q, votes[3 * q], votes[3 * q + 1]);
-    sum += votes[3 * q + 2];
-  }
-
-  // 6. Rank 0 patches the checksum in, syncs, renames, syncs the directory,
-  //    and tells every rank how it went.
-  if (r == 0) {
-    const std::string digits = hex(sum);
-    failure.note(kWrite, write_all(temp.fd, digits.data(), kDigits, kChecksumAt));
-    if (!failure) failure.note(kSync, ::fsync(temp.fd) == 0 ? 0 : errno);
-    ::close(temp.fd);
-    temp.fd = -1;
-    if (!failure) {
-      failure.note(kRename, ::rename(temp_path.c_str(), path.c_str()) == 0 ? 0 : errno);
-      temp.renamed = !failure;
-    }
-    if (!failure) {
-      std::string directory = std::filesystem::path(path).parent_path().string();
-      const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      failure.note(kSyncDirectory, fd < 0 ? errno : ::fsync(fd) == 0 ? 0 : errno);
-      if (fd >= 0) ::close(fd);
-    }
-  }
-  const std::vector<std::uint64_t> done = group.broadcast({failure.step, failure.err}, 0);
-  temp.renamed = done[0] == kOk || done[0] == kSyncDirectory;
-  if (done[0] != kOk) fail(0, done[0], done[1]);
+  Writer writer(path, group, layout, mine, spans, shared);
+  writer.create();
+  writer.choose_writers();
+  const std::uint64_t partial = writer.write_values();
+  const std::uint64_t sum = writer.vote(partial);
+  writer.commit(sum + header_checksum(tensors, metadata));
 }
 
 }  // namespace

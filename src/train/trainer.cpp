@@ -114,6 +114,7 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
     throw std::invalid_argument(fmt::format("--metrics file '{}' cannot be written", o.metrics));
   }
+  if (!o.save_dir.empty()) remove_stale_temporaries(o.save_dir);  // what killed saves left
 }
 
 // Rank 0's summary, carried back to the caller: through memory shared with

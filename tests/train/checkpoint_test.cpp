@@ -303,5 +303,65 @@ TEST(CheckpointTest, RefusesACorruptTruncatedOrMismatchedCheckpoint) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out/step-00000006.safetensors"));
 }
 
+// A save killed mid-write leaves its temporary file; the next run saving
+// into the directory removes it, and only what has the writer's name.
+TEST(CheckpointTest, StaleTemporariesAreRemovedBeforeSaving) {
+  const testing::ScratchDir dir("tinyllm-ckpt-stale");
+  std::filesystem::create_directories(dir / "a");
+  const std::vector<std::string> stale = {"step-00000003.safetensors.0123456789abcdef.tmp"};
+  const std::vector<std::string> kept = {"step-00000003.safetensors.0123456789abcdeg.tmp", "notes.0123456789abcdef.tmp",
+                                         "step-00000003.safetensors.tmp", "step-00000001.safetensors"};
+  for (const auto& names : {stale, kept}) {
+    for (const std::string& name : names) std::ofstream(dir / ("a/" + name)) << "x";
+  }
+  TrainOptions o = saving_run(dir, "a", 1, 0);
+  o.steps = 3;
+  train(o);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "a")) left.push_back(entry.path().filename());
+  std::sort(left.begin(), left.end());
+  std::vector<std::string> expected = kept;
+  expected.push_back("step-00000003.safetensors");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(left, expected);
+}
+
+// Metadata whose sizes disagree with the tensors, under a valid checksum
+// (written by the writer): refused before a model of those sizes is built,
+// which for n_embd 100000 or n_layer 10^8 would take gigabytes, and for
+// n_embd 2^64 − 1 overflow.
+TEST(CheckpointTest, RefusesSizesTheTensorsDoNotHave) {
+  const testing::ScratchDir dir("tinyllm-ckpt-sizes");
+  train(saving_run(dir, "a", 1, 0));
+  const SafetensorsFile good = SafetensorsFile::open(checkpoint_path(dir / "a", 3));
+  const std::vector<double> values = testing::read_all(good.path());
+  const std::string path = dir / "edited.safetensors";
+  const auto edited = [&](const Metadata& changes) {
+    Metadata metadata = good.metadata();
+    metadata.erase("checksum");
+    for (const auto& [key, value] : changes) metadata[key] = value;
+    write_safetensors(path, good.tensors(), metadata, values);
+    return SafetensorsFile::open(path);
+  };
+  const std::string huge = std::to_string(std::numeric_limits<std::uint64_t>::max());
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_embd", "100000"}})), std::invalid_argument,
+                    "metadata 'n_embd' is 100000, more than the");
+  EXPECT_THROW_WITH(load_gpt(edited({{"n_embd", "100000"}})), std::invalid_argument, "metadata 'n_embd' is 100000");
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_embd", huge}, {"n_head", "1"}})), std::invalid_argument,
+                    "metadata 'n_embd' is " + huge);
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_layer", "100000000"}})), std::invalid_argument,
+                    "holds 84 tensors, but its metadata's n_layer 100000000 needs 3 × (4 + 12 × 100000000)");
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"n_embd", "32"}})), std::invalid_argument,
+                    "its tensor 0 ('wte.weight') has shape [256, 16], but its metadata's sizes (n_embd 32");
+  EXPECT_THROW_WITH(read_checkpoint_info(edited({{"vocab_size", "255"}})), std::invalid_argument, "give [255, 16]");
+  EXPECT_NO_THROW(read_checkpoint_info(edited({})));
+  TrainOptions o = testing::tiny_run(1, 0);
+  o.steps = 6;
+  o.resume = path;
+  edited({{"n_layer", "100000000"}});
+  o.model.n_layer = 100000000;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "n_layer 100000000 needs");
+}
+
 }  // namespace
 }  // namespace tinyllm::train

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <tinyllm/dist/chunk.h>
 #include <tinyllm/dist/procs_comm.h>
 #include <tinyllm/dist/threads_comm.h>
@@ -127,12 +128,13 @@ bool contains(const std::string& text, const std::string& fragment) { return tex
 TEST(SafetensorsTest, WritesTheExactBytesOfTheFormat) {
   // Two tensors out of alphabetical order and one metadata entry. The header
   // is the reference's compact JSON, the checksum first (its value from an
-  // independent Python computation of the documented hash), padded with
+  // independent Python computation of the documented hash of the data and
+  // the header), padded with
   // spaces to 176 bytes so the data starts at byte 184, a multiple of 8.
   TempDir dir;
   const std::string path = dir.file("tiny.safetensors");
   write_safetensors(path, {{"wte", {2}}, {"a", {1, 1}}}, {{"step", "7"}}, std::vector<double>{1.0, -2.5, 0.125});
-  const std::string header = R"({"__metadata__":{"checksum":"93131559f58024f4","step":"7"},)"
+  const std::string header = R"({"__metadata__":{"checksum":"5f90977b5cd4c6d9","step":"7"},)"
                              R"("wte":{"dtype":"F64","shape":[2],"data_offsets":[0,16]},)"
                              R"("a":{"dtype":"F64","shape":[1,1],"data_offsets":[16,24]}}    )";
   const std::string expected = std::string("\xb0\0\0\0\0\0\0\0", 8) + header +
@@ -243,7 +245,8 @@ TEST(SafetensorsTest, WritesEmptyDataRegions) {
   EXPECT_EQ(file.size(), 0u);
   ASSERT_EQ(file.tensors().size(), 1u);
   EXPECT_EQ(file.tensors()[0].name, "e");
-  EXPECT_EQ(file.metadata().at("checksum"), "0000000000000000");
+  // No data: the checksum is the header's share alone (the same Python).
+  EXPECT_EQ(file.metadata().at("checksum"), "c44b1a354ffd3350");
   write_safetensors(path, {}, {}, std::span<const double>());
   EXPECT_TRUE(SafetensorsFile::open(path).tensors().empty());
 }
@@ -277,6 +280,41 @@ TEST(SafetensorsTest, FailedWriteKeepsTheOldFileAndLeavesNoTemporary) {
   }
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::signal(SIGXFSZ, saved_handler);
+  EXPECT_EQ(contents(path), old);
+  EXPECT_EQ(dir.names(), std::vector<std::string>{"model.safetensors"});
+}
+
+TEST(SafetensorsTest, AFileSizeLimitIsAnErrorNotASignal) {
+  // As `ulimit -f` leaves a process: SIGXFSZ at its default, which kills. A
+  // child writes under the limit, so that the signal, were it raised, kills
+  // only the child; it exits 0 when the write threw EFBIG's message.
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  write_safetensors(path, kTensors, kMetadata, values(kN));
+  const std::string old = contents(path);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_DFL);
+    const rlimit limited{.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
+    bool reported = false;
+    if (::setrlimit(RLIMIT_FSIZE, &limited) == 0) {
+      try {
+        write_safetensors(path, {{"big", {20'000}}}, kMetadata, values(20'000));
+      } catch (const std::runtime_error& error) {
+        reported =
+            contains(error.what(), "cannot write the temporary file") && contains(error.what(), std::strerror(EFBIG));
+      }
+    }
+    sigset_t pending;
+    sigpending(&pending);
+    ::_exit(reported && sigismember(&pending, SIGXFSZ) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "killed by " + std::string(strsignal(WTERMSIG(status)))
+                              : "exit status " + std::to_string(WEXITSTATUS(status)));
   EXPECT_EQ(contents(path), old);
   EXPECT_EQ(dir.names(), std::vector<std::string>{"model.safetensors"});
 }
@@ -416,12 +454,68 @@ TEST_F(SafetensorsFileTest, RejectsABadHeader) {
                   "names 'a' twice in its header");
 }
 
+TEST_F(SafetensorsFileTest, RejectsDeepNestingQuotingAShortPrefix) {
+  // 400 KB of brackets once overflowed the stack, in the message's dump().
+  const std::string deep(400'000, '[');
+  try {
+    put(path_, raw_file(deep, {}));
+    SafetensorsFile::open(path_);
+    ADD_FAILURE() << "a header of 400000 brackets was accepted";
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    EXPECT_TRUE(contains(message, "has a header that nests deeper than the format's 3 levels")) << message;
+    EXPECT_LT(message.size(), 300u) << message;
+  }
+  expect_header_rejected(R"({"dtype":"F64","shape":[[1]],"data_offsets":[16,24]})", "has a header that nests deeper");
+  const std::string long_name(100'000, 'x');
+  try {
+    put(path_, raw_file("{\"" + long_name + "\":1}", {}));
+    SafetensorsFile::open(path_);
+    ADD_FAILURE() << "a tensor that is a number was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_LT(std::string(error.what()).size(), 300u) << error.what();
+  }
+}
+
+TEST_F(SafetensorsFileTest, RejectsAbsurdHeaders) {
+  // A shape of 30 ones is valid JSON and addresses 8 bytes, but no tensor
+  // has rank 30; a header over 16 MiB describes far more than any model.
+  std::string ones = "1";
+  for (int i = 1; i < 30; ++i) ones += ",1";
+  expect_header_rejected(R"({"dtype":"F64","shape":[)" + ones + R"(],"data_offsets":[16,24]})",
+                         "has a header that has an array of more than 8 values");
+  const std::size_t n = (std::size_t{16} << 20) + 8;
+  expect_rejected(le64(n) + std::string(n, ' '), "has a header of 16777224 bytes, over the limit of 16777216");
+}
+
 TEST_F(SafetensorsFileTest, RejectsAFlippedDataByte) {
   std::string bytes = good_;
   bytes[bytes.size() - 20] ^= 0x10;
   expect_rejected(bytes, "has a checksum mismatch");
   put(path_, good_);
   EXPECT_NO_THROW(SafetensorsFile::open(path_));
+}
+
+TEST_F(SafetensorsFileTest, RejectsEditedMetadata) {
+  // The step edited from 12 to 19: the header is as valid as before.
+  std::string bytes = good_;
+  const std::size_t at = bytes.find(R"("step":"12")");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 9] = '9';
+  expect_rejected(bytes, "has a checksum mismatch");
+  // A tensor renamed, to a name of the same length.
+  bytes = good_;
+  bytes.replace(bytes.find(R"("ln_f.bias")"), 11, R"("ln_f.bixs")");
+  expect_rejected(bytes, "has a checksum mismatch");
+}
+
+TEST_F(SafetensorsFileTest, RejectsOurFormatWithoutItsChecksum) {
+  // The checksum's key renamed and a data byte flipped: without the rule,
+  // a file of ours would load unchecked.
+  std::string bytes = good_;
+  bytes.replace(bytes.find(R"("checksum")"), 10, R"("checksun")");
+  bytes[bytes.size() - 20] ^= 0x10;
+  expect_rejected(bytes, "has tinyllm metadata (format 'tinyllm') but no checksum");
 }
 
 TEST_F(SafetensorsFileTest, RejectsReadsOutsideTheRegion) {

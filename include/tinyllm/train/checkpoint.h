@@ -42,6 +42,14 @@ std::string checkpoint_path(const std::string& dir, std::size_t step);
 // directory. std::invalid_argument when there is none.
 std::string find_checkpoint(const std::string& path_or_dir);
 
+// Removes what a save killed mid-write (SIGKILL, a crash) left in dir: the
+// writer's temporary files, "<name>.safetensors.<16 hex digits>.tmp", and
+// nothing else. A run saving into dir at the same moment would lose its
+// own, so the trainer calls it once, before its first save. Returns the
+// paths removed; a file that cannot be removed is left, and the next save
+// reports any real fault in dir.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
+
 // The tensors of a checkpoint of this model, in data order.
 std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model);
 

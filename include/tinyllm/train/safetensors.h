@@ -25,7 +25,8 @@ struct TensorInfo {
 
 // The header's "__metadata__": string keys to string values. The writer
 // adds "checksum" (16 hex digits; the key is reserved), a position-dependent
-// hash of the data region that open() verifies.
+// hash of the data region plus a hash of the rest of the header (the tensors'
+// names and shapes and the other metadata), which open() verifies.
 using Metadata = std::map<std::string, std::string>;
 
 // A rank's contribution: values for elements [offset, offset + values.size())
@@ -64,7 +65,10 @@ class SafetensorsFile {
   // file size, the JSON, every entry (dtype F64, shape × 8 bytes equal to
   // its data_offsets, the tensors contiguous from 0 to the end of the file,
   // no name twice), the metadata's values are strings, and the checksum when
-  // present (reading the whole data region once). Throws
+  // present (reading the whole data region once); a file whose metadata has
+  // a "format" of ours (beginning "tinyllm") must have it. The header is at
+  // most 16 MiB, nested at most 3 deep, with shapes of rank at most 8.
+  // Throws
   // std::invalid_argument naming the path and what is wrong, or
   // std::runtime_error when the file cannot be read.
   static SafetensorsFile open(const std::string& path);
