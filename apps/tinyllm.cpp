@@ -86,7 +86,7 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
                  "learning rate by step: cosine (nanoGPT's linear warmup, cosine decay to --min-lr, then --min-lr) "
                  "or constant (--lr throughout)")
       ->capture_default_str();
-  app.add_option("--warmup-steps", o.warmup_steps, "cosine: steps of linear warmup (default: 1/20 of the decay steps)");
+  app.add_option("--warmup-steps", o.warmup_steps, "cosine: steps of linear warmup (default: 1/10 of the decay steps)");
   app.add_option("--decay-steps", o.decay_steps, "cosine: the step it reaches --min-lr at (0: --steps)")
       ->capture_default_str();
   app.add_option("--min-lr", o.min_lr, "cosine: the learning rate after the decay (default: --lr / 10)");

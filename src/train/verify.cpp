@@ -118,6 +118,7 @@ double VerifyStep::worst() const {
 
 void verify(const TrainOptions& options, const std::function<void(const RunInfo&)>& on_start,
             const std::function<void(const VerifyStep&)>& on_step, double tolerance) {
+  if (options.steps == 0) throw std::invalid_argument("verify: --steps must be at least 1 (got 0)");
   const Corpus corpus = load_corpora(options).first;
   VerifyObserver observer(options, corpus, on_start, on_step, tolerance);
   train(options, observer);

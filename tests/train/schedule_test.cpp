@@ -162,8 +162,8 @@ TEST(TrainerScheduleTest, EachStepReportsItsLrInTheReportAndTheMetrics) {
   }
 }
 
-// The decay defaults to --steps and min_lr to lr/10; warmup to a twentieth
-// of the decay steps.
+// The decay defaults to --steps and min_lr to lr/10; warmup to a tenth of
+// the decay steps.
 TEST(TrainerScheduleTest, DefaultsFollowTheRun) {
   TrainOptions o = testing::tiny_run();
   o.steps = 500;
@@ -172,7 +172,7 @@ TEST(TrainerScheduleTest, DefaultsFollowTheRun) {
   EXPECT_EQ(s.lr(), 0.002);
   EXPECT_EQ(s.options().kind, optim::LRScheduleKind::Cosine);
   EXPECT_EQ(s.options().decay_steps, 500u);
-  EXPECT_EQ(s.options().warmup_steps, 25u);
+  EXPECT_EQ(s.options().warmup_steps, 50u);
   EXPECT_EQ(s.options().min_lr, 0.0002);
   o.decay_steps = 1000;
   o.warmup_steps = 0;

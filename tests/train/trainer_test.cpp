@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <tinyllm/train/trainer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -217,6 +218,38 @@ TEST(TrainerTest, MetricsFileHasOneJsonObjectPerStep) {
     EXPECT_NE(lines[i].find("\"ranks\":[{\"rank\":0,"), std::string::npos);
     EXPECT_NE(lines[i].find("{\"rank\":1,"), std::string::npos);
   }
+}
+
+// The largest rise, after step 5, of the validation loss (after every
+// step's update) above its lowest before: a spike of the training, which
+// the single batches' losses cannot show, since one batch a pass over the
+// default corpus is its capitalised warranty text.
+double largest_val_rise(TrainOptions o) {
+  o.eval_every = 1;
+  o.eval_batches = 2;  // 32 of the 54 windows, to keep the test short
+  std::vector<double> val;
+  train(o, [&](const StepReport& r) { val.push_back(*r.val_loss); });
+  double rise = 0;
+  for (std::size_t s = 5; s < val.size(); ++s) {
+    rise = std::max(rise, val[s] - *std::min_element(val.begin(), val.begin() + static_cast<std::ptrdiff_t>(s)));
+  }
+  return rise;
+}
+
+TEST(TrainerTest, TheDefaultRunsTrainWithoutASpike) {
+  TrainOptions train_default;  // tinyllm train's first 65 steps: past two passes
+  train_default.steps = 65;
+  train_default.decay_steps = 500;
+  EXPECT_LT(largest_val_rise(train_default), 0.25);
+  TrainOptions verify_default;  // the README's verify job, on one process
+  verify_default.steps = 50;
+  EXPECT_LT(largest_val_rise(verify_default), 0.25);
+  // The check sees the spike a constant lr without clipping makes at step 32.
+  TrainOptions before = train_default;
+  before.steps = 33;
+  before.schedule = optim::LRScheduleKind::Constant;
+  before.clip = 0;
+  EXPECT_GT(largest_val_rise(before), 0.5);
 }
 
 }  // namespace

@@ -30,9 +30,9 @@ namespace tinyllm::train {
 // to learn from without downloading anything.
 inline constexpr const char* kDefaultCorpus = "/usr/share/common-licenses/GPL-3";
 
-// The warmup a cosine schedule gets unless told: 1/20 of its decay steps
-// (25 of the default 500), rounded down.
-inline constexpr std::size_t kDefaultWarmupDivisor = 20;
+// The warmup a cosine schedule gets unless told: 1/10 of its decay steps
+// (50 of the default 500), rounded down.
+inline constexpr std::size_t kDefaultWarmupDivisor = 10;
 
 struct TrainOptions {
   nn::GPTConfig model;
