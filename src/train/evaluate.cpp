@@ -9,11 +9,15 @@
 
 namespace tinyllm::train {
 
+std::size_t num_eval_windows(const Corpus& val, std::size_t batch, std::size_t seq, std::size_t eval_batches) {
+  const std::size_t all = val.num_windows(seq);
+  return eval_batches == 0 ? all : std::min(all, eval_batches * batch);
+}
+
 double evaluate(dist::Comm& comm, Replica& replica, const Corpus& val, std::size_t batch, std::size_t seq,
                 std::size_t eval_batches) {
-  const std::size_t all = val.num_windows(seq);
-  if (all == 0) throw std::invalid_argument(fmt::format("{} holds no window of {} + 1 tokens", val.name(), seq));
-  const std::size_t windows = eval_batches == 0 ? all : std::min(all, eval_batches * batch);
+  const std::size_t windows = num_eval_windows(val, batch, seq, eval_batches);
+  if (windows == 0) throw std::invalid_argument(fmt::format("{} holds no window of {} + 1 tokens", val.name(), seq));
   const std::size_t rows = std::max<std::size_t>(1, batch / static_cast<std::size_t>(comm.size()));
   const auto [first, last] = dist::chunk_bounds(windows, comm.size(), comm.rank());
   const auto [first0, last0] = dist::chunk_bounds(windows, comm.size(), 0);  // the longest run

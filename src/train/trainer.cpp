@@ -218,8 +218,7 @@ bool evaluates(const TrainOptions& o, std::size_t step) {
 
 std::size_t num_val_windows(const TrainOptions& o, const Corpus& val) {
   if (o.val_fraction == 0 || o.eval_every == 0) return 0;
-  const std::size_t all = val.num_windows(o.model.block_size);
-  return o.eval_batches == 0 ? all : std::min(all, o.eval_batches * o.batch);
+  return num_eval_windows(val, o.batch, o.model.block_size, o.eval_batches);
 }
 
 // One rank's run: the start, then each step, its evaluation when due, the
@@ -245,18 +244,19 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                        .val_corpus = val.name()});
     if (!o.metrics.empty()) metrics.open(o.metrics, std::ios::trunc);
   }
-  const auto meta = [&](std::size_t steps_taken) {
-    return CheckpointInfo{
-        .config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero};
+  // Collective: the checkpoint of the run after steps_taken steps.
+  const auto save = [&](const std::string& path, std::size_t steps_taken) {
+    save_checkpoint(path, comm, replica,
+                    {.config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero},
+                    o.shared_files);
+    if (r == 0) observer.on_checkpoint(path, steps_taken);
   };
   TrainSummary summary;
   summary.num_parameters = n;
   // A run of no steps saves the weights it would start from (a fresh
   // model's, or --init's), for a peer such as PyTorch to start from too.
   if (o.steps == 0 && !o.save_dir.empty()) {
-    const std::string path = checkpoint_path(o.save_dir, 0);
-    save_checkpoint(path, comm, replica, meta(0), o.shared_files);
-    if (r == 0) observer.on_checkpoint(path, 0);
+    save(checkpoint_path(o.save_dir, 0), 0);
   }
   const auto run_start = Clock::now();
   for (std::size_t step = start.step; step < o.steps; ++step) {
@@ -295,16 +295,10 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
         metrics << std::flush;
       }
     }
-    if (best && !o.save_dir.empty()) {
-      const std::string path = (fs::path(o.save_dir) / kBestCheckpoint).string();
-      save_checkpoint(path, comm, replica, meta(step + 1), o.shared_files);
-      if (r == 0) observer.on_checkpoint(path, step + 1);
-    }
+    if (best && !o.save_dir.empty()) save((fs::path(o.save_dir) / kBestCheckpoint).string(), step + 1);
     const bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      const std::string path = checkpoint_path(o.save_dir, step + 1);
-      save_checkpoint(path, comm, replica, meta(step + 1), o.shared_files);
-      if (r == 0) observer.on_checkpoint(path, step + 1);
+      save(checkpoint_path(o.save_dir, step + 1), step + 1);
     }
   }
   summary.seconds = since(run_start);

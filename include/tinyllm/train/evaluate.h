@@ -17,6 +17,9 @@ namespace tinyllm::train {
 // a time. Collective: every rank runs as many forwards (stage 3 gathers in
 // them), a rank out of windows repeating a row it does not count. The same
 // bits on every rank.
+// How many windows evaluate() takes: E above.
+std::size_t num_eval_windows(const Corpus& val, std::size_t batch, std::size_t seq, std::size_t eval_batches);
+
 double evaluate(dist::Comm& comm, Replica& replica, const Corpus& val, std::size_t batch, std::size_t seq,
                 std::size_t eval_batches);
 
