@@ -12,9 +12,11 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tinyllm/dist/chunk.h"
+#include "tinyllm/tensor/parallel.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/metrics.h"
 #include "tinyllm/train/trainer.h"
@@ -179,6 +181,7 @@ class Printer final : public train::TrainObserver {
     }
     std::fflush(stdout);
     start_ = info.start_step;
+    world_ = info.world;
   }
 
   void on_step(const train::StepReport& r) override {
@@ -209,9 +212,9 @@ class Printer final : public train::TrainObserver {
       fmt::print("done: {} parameters, no steps\n", s.num_parameters);
       return;
     }
-    fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps, {:.0f} tokens/s)\n", s.num_parameters,
-               s.first_loss, s.last_loss, s.seconds, s.steps_run,
-               static_cast<double>(s.steps_run * options_.batch * options_.model.block_size) / s.seconds);
+    fmt::print("done: {} parameters, loss {:.4f} -> {:.4f} in {:.1f} s ({} steps)\n", s.num_parameters, s.first_loss,
+               s.last_loss, s.seconds, s.steps_run);
+    print_throughput(s);
     if (s.val_loss) fmt::print("validation loss {:.4f} (the lowest {:.4f})\n", *s.val_loss, *s.best_val_loss);
     fmt::print(
         "per rank: model state after a step (memory_bytes) | its peak within a step | peak RSS | sent per step\n");
@@ -224,9 +227,31 @@ class Printer final : public train::TrainObserver {
   }
 
  private:
+  // tokens/s over the steps after the first (all of them for a run of one),
+  // and the model FLOP utilisation as llm.c and nanoGPT report it: the
+  // FLOPs those tokens took over the dgemm peak of the cores the ranks use
+  // on this machine (one rank's BLAS threads times the ranks, at most its
+  // cores).
+  void print_throughput(const train::TrainSummary& s) const {
+    const bool warm = s.steps_run > 1;
+    const double seconds = warm ? s.timed_seconds : s.seconds;
+    const auto tokens = static_cast<double>((warm ? s.steps_run - 1 : 1) * options_.batch * options_.model.block_size);
+    const double tokens_per_second = tokens / seconds;
+    const double gflops = options_.model.flops_per_token() * tokens_per_second * 1e-9;
+    const unsigned machine = std::max(1u, std::thread::hardware_concurrency());
+    const auto cores = std::min<unsigned>(machine, static_cast<unsigned>(world_ * tinyllm::get_num_threads()));
+    const double peak = tinyllm::dgemm_peak_gflops();
+    fmt::print(
+        "throughput: {:.0f} tokens/s{} x {:.2f} MFLOP/token = {:.2f} GFLOP/s, MFU {:.1f}% of {} core{} x {:.1f} "
+        "GFLOP/s (dgemm)\n",
+        tokens_per_second, warm ? " after the first step" : "", options_.model.flops_per_token() * 1e-6, gflops,
+        100 * gflops / (cores * peak), cores, cores == 1 ? "" : "s", peak);
+  }
+
   const train::TrainOptions& options_;
   bool live_ = false;
   std::size_t start_ = 0;
+  int world_ = 1;
   double seconds_ = 0;
 };
 

@@ -1,10 +1,13 @@
 // Does linear() get what OpenBLAS can give? The GPT's matrix products at the
 // default size (B·T = 1024 rows, C = 128), through tinyllm's linear op and
 // through cblas_dgemm called directly on the same shapes, in the same run.
-// Counter vs_dgemm = dgemm's time / linear's time (1.0 = no overhead).
+// Counter vs_dgemm = dgemm's time / linear's time (1.0 = no overhead);
+// of_peak = linear's rate over the rate of all the BLAS threads at
+// tinyllm::dgemm_peak_gflops() (the peak `tinyllm train` reports MFU against).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <tinyllm/tensor/ops.h>
+#include <tinyllm/tensor/parallel.h>
 #include <tinyllm/tensor/random.h>
 
 #include <chrono>
@@ -54,6 +57,8 @@ void report(benchmark::State& state, const Shapes& s, bool backward, F&& ours_on
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["dgemm_GFLOP/s"] = flops * 1e-9 / theirs;
   state.counters["vs_dgemm"] = theirs / ours;
+  static const double peak = tinyllm::dgemm_peak_gflops() * tinyllm::get_num_threads();
+  state.counters["of_peak"] = flops * 1e-9 / ours / peak;
 }
 
 void BM_LinearForward(benchmark::State& state) {

@@ -26,6 +26,7 @@
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/hooks.h"
 #include "tinyllm/tensor/ops.h"
+#include "tinyllm/tensor/parallel.h"
 #include "tinyllm/tensor/random.h"
 #include "tinyllm/tensor/storage.h"
 #include "tinyllm/tensor/tensor.h"

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "../tensor/blas.h"
 #include "shm_comm.h"
+#include "tinyllm/tensor/parallel.h"
 
 namespace tinyllm::dist {
 namespace {
@@ -97,7 +97,7 @@ detail::PeerReads probe_peer_reads() {
   if (getppid() != parent) _exit(1);  // the parent died before the line above took effect
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  tinyllm::detail::set_blas_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(group.size()))));
+  tinyllm::set_num_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(group.size()))));
   int status = 0;
   try {
     detail::ShmComm comm(group, r, options);

@@ -40,6 +40,12 @@ std::size_t GPTConfig::num_parameters() const {
   return n;
 }
 
+double GPTConfig::flops_per_token() const {
+  const auto looked_up = static_cast<double>(block_size * n_embd);
+  const auto attention = 12.0 * static_cast<double>(n_layer * n_embd * block_size);
+  return 6.0 * (static_cast<double>(num_parameters()) - looked_up) + attention;
+}
+
 GPT::GPT(const GPTConfig& config, std::uint64_t seed) : config_(config) {
   config.check();
   Generator gen(seed);

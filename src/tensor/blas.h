@@ -11,8 +11,4 @@ namespace tinyllm::detail {
 void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, double alpha, const double* a,
           std::size_t lda, const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc);
 
-// How many threads OpenBLAS may use from now on in this process (a forked
-// rank takes its share of the cores).
-void set_blas_threads(int threads);
-
 }  // namespace tinyllm::detail

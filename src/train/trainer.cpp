@@ -123,7 +123,7 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
 class SummarySink {
  public:
   static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
-  static constexpr std::size_t kHead = 8, kPerRank = 10;
+  static constexpr std::size_t kHead = 9, kPerRank = 10;
 
   SummarySink(bool shared, int world) : length_(kHead + kPerRank * static_cast<std::size_t>(std::max(world, 1))) {
     if (shared) {
@@ -144,6 +144,7 @@ class SummarySink {
     std::vector<double> v = {s.first_loss,
                              s.last_loss,
                              s.seconds,
+                             s.timed_seconds,
                              static_cast<double>(s.steps_run),
                              static_cast<double>(s.num_parameters),
                              s.val_loss.value_or(kNone),
@@ -165,11 +166,12 @@ class SummarySink {
     s.first_loss = v[0];
     s.last_loss = v[1];
     s.seconds = v[2];
-    s.steps_run = static_cast<std::size_t>(v[3]);
-    s.num_parameters = static_cast<std::size_t>(v[4]);
-    if (!std::isnan(v[5])) s.val_loss = v[5];
-    if (!std::isnan(v[6])) s.best_val_loss = v[6];
-    for (std::size_t q = 0; q < static_cast<std::size_t>(v[7]); ++q)
+    s.timed_seconds = v[3];
+    s.steps_run = static_cast<std::size_t>(v[4]);
+    s.num_parameters = static_cast<std::size_t>(v[5]);
+    if (!std::isnan(v[6])) s.val_loss = v[6];
+    if (!std::isnan(v[7])) s.best_val_loss = v[7];
+    for (std::size_t q = 0; q < static_cast<std::size_t>(v[8]); ++q)
       s.ranks.push_back(decode(v + kHead + kPerRank * q));
     return s;
   }
@@ -281,7 +283,11 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                       .val_loss = std::nullopt};
     observer.after_step(comm, replica, step, result.loss);
     if (evaluates(o, step)) report.val_loss = evaluate(comm, replica, val, B, T, o.eval_batches);
-    if (summary.steps_run++ == 0) summary.first_loss = result.loss;
+    if (summary.steps_run++ == 0) {
+      summary.first_loss = result.loss;
+    } else {
+      summary.timed_seconds += seconds;
+    }
     summary.last_loss = result.loss;
     summary.ranks = report.ranks;
     const bool best = report.val_loss && (!summary.best_val_loss || *report.val_loss < *summary.best_val_loss);

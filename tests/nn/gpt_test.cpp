@@ -66,6 +66,15 @@ TEST(GPTTest, ConfigCountsTheModelsParameters) {
   }
 }
 
+// nanoGPT's estimate_mfu() for the default model: N = 834304 of which wpe
+// holds T·C = 8192, so 6·826112 + 12·4·128·64.
+TEST(GPTTest, CountsTrainingFlopsPerTokenAsNanoGPT) {
+  EXPECT_EQ(GPTConfig{}.num_parameters(), 834304u);
+  EXPECT_EQ(GPTConfig{}.flops_per_token(), 4956672.0 + 393216.0);
+  const GPTConfig one{.vocab_size = 2, .block_size = 3, .n_layer = 1, .n_head = 1, .n_embd = 1};
+  EXPECT_EQ(one.flops_per_token(), 6.0 * (one.num_parameters() - 3) + 12.0 * 3);
+}
+
 TEST(GPTTest, InitialisesLikeGPT2) {
   const std::size_t L = 3;
   GPT model({.vocab_size = 256, .block_size = 64, .n_layer = L, .n_head = 4, .n_embd = 64});

@@ -181,6 +181,18 @@ TEST(TrainerTest, ForkedRanksHandBackRankZerosSummary) {
   EXPECT_EQ(s.ranks[1].rank, 1);
   EXPECT_EQ(s.ranks[1].state.total(), state_bytes(2, s.num_parameters, 2, 1).total());
   EXPECT_NEAR(s.first_loss, std::log(256.0), 0.2);
+  EXPECT_GT(s.timed_seconds, 0.0);
+  EXPECT_LT(s.timed_seconds, s.seconds);
+}
+
+// The first step touches fresh memory; tokens/s and MFU are measured over
+// the steps after it.
+TEST(TrainerTest, TimesTheStepsAfterTheFirst) {
+  const TrainOptions o = testing::tiny_run(2, 2);
+  std::vector<double> seconds;
+  const TrainSummary s = train(o, [&](const StepReport& r) { seconds.push_back(r.seconds); });
+  ASSERT_EQ(seconds.size(), 4u);
+  EXPECT_EQ(s.timed_seconds, seconds[1] + seconds[2] + seconds[3]);
 }
 
 // --overlap moves the buckets' collectives onto a communication thread of

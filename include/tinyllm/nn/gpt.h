@@ -33,6 +33,10 @@ struct GPTConfig {
   // their elements in all: V·C + T·C + L·(12C² + 13C) + 2C.
   std::vector<Shape> parameter_shapes() const;
   std::size_t num_parameters() const;
+  // nanoGPT's estimate of a training step's floating-point operations per
+  // token (forward and backward, PaLM's appendix B): 6 per parameter but
+  // wpe's, which are only looked up, plus attention's 12·L·C·T.
+  double flops_per_token() const;
   static constexpr std::size_t kTensorsPerBlock = 12;
 };
 

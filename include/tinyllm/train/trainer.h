@@ -115,6 +115,9 @@ struct TrainSummary {
   double first_loss = 0.0;
   double last_loss = 0.0;
   double seconds = 0.0;
+  // The steps' own wall time but the first's (which touches fresh memory
+  // and warms the caches): what throughput is measured over.
+  double timed_seconds = 0.0;
   std::size_t steps_run = 0;
   std::size_t num_parameters = 0;
   std::optional<double> val_loss;       // the last evaluation's
