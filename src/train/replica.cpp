@@ -26,13 +26,6 @@ std::span<const double> state_tensor(const optim::StateDict& state, std::size_t 
   return {};
 }
 
-double state_step(const optim::StateDict& state) {
-  for (const auto& [key, value] : state.scalars) {
-    if (key == "0.step") return value;
-  }
-  return 0;
-}
-
 // GPT-2's rule: matrices and embeddings decay; biases and LayerNorm gains,
 // the tensors of one dimension, do not.
 bool decays(const Tensor& p) { return p.dim() >= 2; }
@@ -174,8 +167,6 @@ dist::MemoryBytes Replica::peak_memory_bytes() const {
 void Replica::reset_peak_memory_bytes() {
   if (zero_optimizer_) zero_optimizer_->reset_peak_memory_bytes();
 }
-
-double Replica::adam_step() const { return state_step(optimizer().state_dict()); }
 
 std::vector<std::span<const double>> Replica::segments(Region region) const {
   std::vector<std::span<const double>> out;

@@ -70,8 +70,6 @@ class Replica {
   // buffers live for the whole run).
   dist::MemoryBytes peak_memory_bytes() const;
   void reset_peak_memory_bytes();
-  // AdamW's step count: the optimizer steps taken (0 before the first).
-  double adam_step() const;
 
   // Collective under ZeRO. The whole region on every rank: stage 3 gathers
   // the parameters, the optimizer's chunks are all-gathered.
