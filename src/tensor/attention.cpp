@@ -8,6 +8,8 @@
 // of each batch entry, a matrix with leading dim C, so dgemm reads and writes
 // the heads in place: no split, no transposes, and the output comes out with
 // the heads already merged.
+#include "tinyllm/tensor/attention.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +19,6 @@
 
 #include "blas.h"
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/ops.h"
 #include "vec_math.h"
 
 namespace tinyllm {

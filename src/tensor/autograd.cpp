@@ -1,11 +1,11 @@
 #include "tinyllm/tensor/autograd.h"
 
-#include "tinyllm/tensor/check.h"
-
 #include <iterator>
 #include <stdexcept>
 #include <unordered_set>
 #include <utility>
+
+#include "tinyllm/tensor/check.h"
 
 namespace tinyllm::autograd {
 namespace {

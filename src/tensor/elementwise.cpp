@@ -3,6 +3,8 @@
 // it was stretched along. Not in-place and float64 only (no type promotion).
 // Reference: numpy.org/doc/stable/user/basics.broadcasting.html; torch.add,
 // torch.sub, torch.mul.
+#include "tinyllm/tensor/elementwise.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/check.h"
-#include "tinyllm/tensor/ops.h"
 
 namespace tinyllm {
 namespace {

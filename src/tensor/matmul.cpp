@@ -3,6 +3,8 @@
 // linear (torch.nn.functional.linear). Every product, forward and backward, is
 // one cblas_dgemm on row-major buffers read in place; backward adds into the
 // inputs' grad buffers through beta = 1, so it allocates nothing.
+#include "tinyllm/tensor/matmul.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 
 #include "blas.h"
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/ops.h"
 
 namespace tinyllm {
 

@@ -3,6 +3,8 @@
 // (those are nn::Embedding, nn::LayerNorm), only the arithmetic. Reference:
 // torch.nn.functional.{embedding, layer_norm, gelu(approximate="tanh"),
 // cross_entropy}; the loops follow llm.c's train_gpt2.c.
+#include "tinyllm/tensor/nn_ops.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/ops.h"
 #include "vec_math.h"
 
 namespace tinyllm {

@@ -1,13 +1,14 @@
 // sum and mean over every element, to a scalar of shape [] (torch.sum and
 // torch.mean without a dim). Not per-dim reductions. Unlike PyTorch, which
 // gives NaN, mean of no elements is an error; sum of no elements is 0.
+#include "tinyllm/tensor/reduction.h"
+
 #include <fmt/format.h>
 
 #include <cstddef>
 #include <stdexcept>
 
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/ops.h"
 
 namespace tinyllm {
 namespace {

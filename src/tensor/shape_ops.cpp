@@ -3,6 +3,8 @@
 // Tensor.narrow as if followed by .contiguous()), and each backward adds the
 // output's gradient back into the input's layout. Copies move whole runs of
 // the contiguous inner block, never one index computation per element.
+#include "tinyllm/tensor/shape_ops.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <utility>
 
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/ops.h"
 
 namespace tinyllm {
 namespace {
