@@ -3,12 +3,14 @@
 // compared) and sample (text from a checkpoint). The only place that
 // catches, prints and exits.
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "tinyllm/dist/chunk.h"
+#include "tinyllm/dist/stop.h"
 #include "tinyllm/tensor/parallel.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/metrics.h"
@@ -255,10 +258,33 @@ class Printer final : public train::TrainObserver {
   double seconds_ = 0;
 };
 
+// The first SIGINT or SIGTERM asks the run to stop after its current step
+// (dist/stop.h), which saves that step under --save; a second one to the
+// process the user started exits at once, and forked ranks die with it.
+pid_t main_pid = 0;
+
+void on_stop_signal(int signal) {
+  if (dist::stop_requested() != 0 && getpid() == main_pid) _exit(128 + signal);
+  dist::request_stop(signal);
+}
+
+void install_stop_handlers() {
+  main_pid = getpid();
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGINT, SIGTERM}) sigaction(signal, &action, nullptr);
+}
+
 int run_train(const train::TrainOptions& o) {
   Printer printer(o);
-  train::train(o, printer);
-  return 0;
+  install_stop_handlers();
+  const train::TrainSummary s = train::train(o, printer);
+  if (s.stop_signal == 0) return 0;
+  fmt::print(stderr, "tinyllm: stopped by signal {} ({}) after step {}{}\n", s.stop_signal, strsignal(s.stop_signal),
+             s.end_step, s.last_checkpoint.empty() ? "" : ", saved to " + s.last_checkpoint);
+  return 128 + s.stop_signal;
 }
 
 int run_verify(const train::TrainOptions& o) {

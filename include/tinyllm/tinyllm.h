@@ -11,6 +11,7 @@
 #endif
 #include "tinyllm/dist/procs_comm.h"
 #include "tinyllm/dist/self_comm.h"
+#include "tinyllm/dist/stop.h"
 #include "tinyllm/dist/threads_comm.h"
 #include "tinyllm/dist/zero.h"
 #include "tinyllm/nn/attention.h"

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "shm_comm.h"
+#include "tinyllm/dist/stop.h"
 #include "tinyllm/tensor/parallel.h"
 
 namespace tinyllm::dist {
@@ -121,13 +122,21 @@ std::string describe_exit(int status) {
   return fmt::format("exited with status {}", WEXITSTATUS(status));
 }
 
-// Reaps every child. The first abnormal exit becomes the group's failure
-// (unless a rank recorded a better one); once the group failed, children
-// still alive kGrace later are killed.
+// Reaps every child (a slot that was never forked holds -1). The first
+// abnormal exit becomes the group's failure (unless a rank recorded a
+// better one); once the group failed, children still alive kGrace later
+// are killed. A stop asked of this process is passed on to the children.
 void watch(detail::ShmGroup& group, std::vector<pid_t>& children) {
-  std::size_t alive = children.size();
+  auto alive = static_cast<std::size_t>(std::count_if(children.begin(), children.end(), [](pid_t c) { return c > 0; }));
   std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
+  bool stop_forwarded = false;
   while (alive > 0) {
+    if (const int signal = stop_requested(); signal != 0 && !stop_forwarded) {
+      for (pid_t child : children) {
+        if (child > 0) kill(child, signal);
+      }
+      stop_forwarded = true;
+    }
     for (std::size_t r = 0; r < children.size(); ++r) {
       if (children[r] <= 0) continue;
       int status = 0;
@@ -171,7 +180,8 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
     if (child == 0) run_child(group, r, parent, fn, options);
     if (child < 0) {
       const int error = errno;
-      group.fail(r, detail::FailureKind::Runtime, fmt::format("fork failed: {}", std::strerror(error)));
+      group.fail(r, detail::FailureKind::Runtime,
+                 fmt::format("rank {} could not be started: fork failed: {}", r, std::strerror(error)));
       break;
     }
     children[static_cast<std::size_t>(r)] = child;

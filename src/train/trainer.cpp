@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "tinyllm/dist/stop.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/evaluate.h"
@@ -123,7 +124,7 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
 class SummarySink {
  public:
   static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
-  static constexpr std::size_t kHead = 9, kPerRank = 10;
+  static constexpr std::size_t kHead = 11, kPerRank = 11;
 
   SummarySink(bool shared, int world) : length_(kHead + kPerRank * static_cast<std::size_t>(std::max(world, 1))) {
     if (shared) {
@@ -146,9 +147,11 @@ class SummarySink {
                              s.seconds,
                              s.timed_seconds,
                              static_cast<double>(s.steps_run),
+                             static_cast<double>(s.end_step),
                              static_cast<double>(s.num_parameters),
                              s.val_loss.value_or(kNone),
                              s.best_val_loss.value_or(kNone),
+                             static_cast<double>(s.stop_signal),
                              static_cast<double>(s.ranks.size())};
     for (const RankStats& r : s.ranks) {
       for (double x : encode(r)) v.push_back(x);
@@ -168,10 +171,12 @@ class SummarySink {
     s.seconds = v[2];
     s.timed_seconds = v[3];
     s.steps_run = static_cast<std::size_t>(v[4]);
-    s.num_parameters = static_cast<std::size_t>(v[5]);
-    if (!std::isnan(v[6])) s.val_loss = v[6];
-    if (!std::isnan(v[7])) s.best_val_loss = v[7];
-    for (std::size_t q = 0; q < static_cast<std::size_t>(v[8]); ++q)
+    s.end_step = static_cast<std::size_t>(v[5]);
+    s.num_parameters = static_cast<std::size_t>(v[6]);
+    if (!std::isnan(v[7])) s.val_loss = v[7];
+    if (!std::isnan(v[8])) s.best_val_loss = v[8];
+    s.stop_signal = static_cast<int>(v[9]);
+    for (std::size_t q = 0; q < static_cast<std::size_t>(v[10]); ++q)
       s.ranks.push_back(decode(v + kHead + kPerRank * q));
     return s;
   }
@@ -181,7 +186,8 @@ class SummarySink {
             static_cast<double>(r.state.grads),    static_cast<double>(r.state.optimizer),
             static_cast<double>(r.peak.params),    static_cast<double>(r.peak.grads),
             static_cast<double>(r.peak.optimizer), static_cast<double>(r.peak_rss),
-            static_cast<double>(r.bytes_sent),     static_cast<double>(r.theory_sent)};
+            static_cast<double>(r.bytes_sent),     static_cast<double>(r.theory_sent),
+            static_cast<double>(r.stop_signal)};
   }
   static RankStats decode(const double* v) {
     const auto z = [&](int i) { return static_cast<std::size_t>(v[i]); };
@@ -190,7 +196,8 @@ class SummarySink {
             .peak = {z(4), z(5), z(6)},
             .peak_rss = z(7),
             .bytes_sent = z(8),
-            .theory_sent = z(9)};
+            .theory_sent = z(9),
+            .stop_signal = static_cast<int>(v[10])};
   }
 
  private:
@@ -211,6 +218,14 @@ std::vector<RankStats> gather_stats(dist::Comm& comm, const RankStats& mine) {
   std::vector<RankStats> out;
   for (std::size_t q = 0; q < p; ++q) out.push_back(SummarySink::decode(all.data() + SummarySink::kPerRank * q));
   return out;
+}
+
+// The stop some rank saw (dist::stop_requested), in rank order; 0: none.
+int first_stop_signal(const std::vector<RankStats>& ranks) {
+  for (const RankStats& q : ranks) {
+    if (q.stop_signal != 0) return q.stop_signal;
+  }
+  return 0;
 }
 
 // The validation loss is due after the eval_every-th steps and the last.
@@ -255,6 +270,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
   };
   TrainSummary summary;
   summary.num_parameters = n;
+  summary.end_step = start.step;
   // A run of no steps saves the weights it would start from (a fresh
   // model's, or --init's), for a peer such as PyTorch to start from too.
   if (o.steps == 0 && !o.save_dir.empty()) {
@@ -272,7 +288,8 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                          .peak = result.peak,
                          .peak_rss = peak_rss_bytes(),
                          .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
-                         .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum)};
+                         .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum),
+                         .stop_signal = dist::stop_requested()};
     StepReport report{.step = step,
                       .lr = result.lr,
                       .loss = result.loss,
@@ -283,6 +300,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                       .val_loss = std::nullopt};
     observer.after_step(comm, replica, step, result.loss);
     if (evaluates(o, step)) report.val_loss = evaluate(comm, replica, val, B, T, o.eval_batches);
+    summary.end_step = step + 1;
     if (summary.steps_run++ == 0) {
       summary.first_loss = result.loss;
     } else {
@@ -302,10 +320,13 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
       }
     }
     if (best && !o.save_dir.empty()) save((fs::path(o.save_dir) / kBestCheckpoint).string(), step + 1);
-    const bool last = step + 1 == o.steps;
+    // Every rank sees the same gathered signals, so all stop after this step.
+    summary.stop_signal = first_stop_signal(report.ranks);
+    const bool last = step + 1 == o.steps || summary.stop_signal != 0;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       save(checkpoint_path(o.save_dir, step + 1), step + 1);
     }
+    if (summary.stop_signal != 0) break;
   }
   summary.seconds = since(run_start);
   if (r == 0) {
@@ -352,7 +373,7 @@ TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
       comm_options(options));
   TrainSummary summary = sink.load();
   if (!options.save_dir.empty() && (summary.steps_run > 0 || options.steps == 0))
-    summary.last_checkpoint = checkpoint_path(options.save_dir, options.steps);
+    summary.last_checkpoint = checkpoint_path(options.save_dir, summary.end_step);
   return summary;
 }
 

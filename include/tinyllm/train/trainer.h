@@ -87,6 +87,7 @@ struct RankStats {
   std::size_t peak_rss = 0;  // this process's peak resident set, bytes (the whole process under threads)
   std::uint64_t bytes_sent = 0;   // by this rank's collectives in the step
   std::uint64_t theory_sent = 0;  // what the mode's collectives of n values send from this rank (zero.h)
+  int stop_signal = 0;            // dist::stop_requested() on this rank as the step ended
 };
 
 struct StepReport {
@@ -119,11 +120,15 @@ struct TrainSummary {
   // and warms the caches): what throughput is measured over.
   double timed_seconds = 0.0;
   std::size_t steps_run = 0;
+  std::size_t end_step = 0;  // the step count at the end, a resumed run's earlier steps included
   std::size_t num_parameters = 0;
   std::optional<double> val_loss;       // the last evaluation's
   std::optional<double> best_val_loss;  // the lowest evaluated in this run
   std::vector<RankStats> ranks;         // the last step's
   std::string last_checkpoint;          // "" when none was saved
+  // The signal whose stop (dist/stop.h) ended the run early; 0: it ran to
+  // the end.
+  int stop_signal = 0;
 };
 
 // What the loop calls. on_* run on rank 0 only (for printing);
@@ -155,7 +160,10 @@ optim::LRSchedule lr_schedule(const TrainOptions& options);
 // sizes, the batch against world and grad_accum, the checkpoint to resume,
 // the save directory, the metrics file), then trains. std::invalid_argument
 // naming the value for bad options; std::runtime_error naming the step for
-// a loss that is not finite. Returns rank 0's summary on every backend.
+// a loss that is not finite. A stop asked for (dist::request_stop) ends
+// the run after the step during which some rank first saw it, with that
+// step's checkpoint saved when saving. Returns rank 0's summary on every
+// backend.
 TrainSummary train(const TrainOptions& options, TrainObserver& observer);
 TrainSummary train(const TrainOptions& options, const std::function<void(const StepReport&)>& on_step = {});
 
