@@ -355,9 +355,13 @@ TEST(CheckpointTest, ASecondRunRefusesASaveDirectoryInUse) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
   ASSERT_EQ(::pwrite(fd, "4242", 4, 0), 4);
+  // The holder's save in progress: a temporary that only its own run may remove.
+  const std::string saving = dir / "a/step-00000003.safetensors.0123456789abcdef.tmp";
+  std::ofstream(saving) << "x";
   EXPECT_THROW_WITH(train(o), std::invalid_argument,
                     "--save directory '" + o.save_dir + "' is in use by another tinyllm run (pid 4242)");
   ::close(fd);
+  EXPECT_TRUE(std::filesystem::exists(saving));
   EXPECT_FALSE(std::filesystem::exists(checkpoint_path(o.save_dir, 3)));
 
   // A run holds the lock, with its pid, from before its first step to its end.
