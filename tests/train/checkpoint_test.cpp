@@ -409,6 +409,34 @@ TEST(CheckpointTest, RefusesAnotherRunsCheckpointsUnlessResumingOrOverwriting) {
   EXPECT_NE(bytes_of(checkpoint_path(o.save_dir, 6)), last);
 }
 
+// A --save directory the user may not write: refused before any step,
+// naming it, and the checkpoint already there stays as it was. Root may
+// write anyway, so the test needs another user.
+TEST(CheckpointTest, RefusesAReadOnlySaveDirectory) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes into a read-only directory";
+  const testing::ScratchDir dir("tinyllm-ckpt-readonly");
+  TrainOptions o = saving_run(dir, "a", 1, 0);
+  train(o);
+  const std::string last = bytes_of(checkpoint_path(o.save_dir, 6));
+  std::filesystem::permissions(o.save_dir, std::filesystem::perms::owner_write, std::filesystem::perm_options::remove);
+  o.resume = o.save_dir;
+  o.steps = 9;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--save directory '" + o.save_dir + "' is not writable");
+  std::filesystem::permissions(o.save_dir, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  EXPECT_EQ(bytes_of(checkpoint_path(o.save_dir, 6)), last);
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_path(o.save_dir, 9)));
+}
+
+// A --save path through a regular file: no user can make it a directory.
+TEST(CheckpointTest, RefusesASaveDirectoryUnderARegularFile) {
+  const testing::ScratchDir dir("tinyllm-ckpt-under-file");
+  std::ofstream(dir / "file") << "x";
+  TrainOptions o = saving_run(dir, "file/ckpt", 1, 0);
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    "--save directory '" + o.save_dir + "' is not writable (Not a directory)");
+  EXPECT_EQ(bytes_of(dir / "file"), "x");
+}
+
 // Metadata whose sizes disagree with the tensors, under a valid checksum
 // (written by the writer): refused before a model of those sizes is built,
 // which for n_embd 100000 or n_layer 10^8 would take gigabytes, and for
