@@ -433,6 +433,8 @@ int main(int argc, char** argv) {
   train->add_option("--save", train_options.save_dir,
                     "write checkpoints to this directory (at the end, and see --save-every)");
   train->add_option("--save-every", train_options.save_every, "also write a checkpoint every this many steps");
+  train->add_flag("--overwrite", train_options.overwrite,
+                  "save into a --save directory that holds checkpoints of another run, replacing them");
   train->add_option("--resume", train_options.resume, "continue from this checkpoint (or the latest in a directory)");
 
   train::TrainOptions verify_options;

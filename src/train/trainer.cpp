@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "save_dir.h"
 #include "tinyllm/dist/stop.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
@@ -115,7 +116,6 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
     throw std::invalid_argument(fmt::format("--metrics file '{}' cannot be written", o.metrics));
   }
-  if (!o.save_dir.empty()) remove_stale_temporaries(o.save_dir);  // what killed saves left
 }
 
 // Rank 0's summary, carried back to the caller: through memory shared with
@@ -367,6 +367,7 @@ TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
   const auto [corpus, val] = load_corpora(options);
   check_options(options, corpus);
   const Backend backend = resolve_backend(options.backend, options.world);
+  const SaveDir save_dir(options, backend);  // held until every rank is done
   SummarySink sink(backend == Backend::Procs, options.world);
   launch(
       backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, val, observer, sink); },

@@ -1,7 +1,10 @@
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <tinyllm/tensor/deferred_init.h>
 #include <tinyllm/train/checkpoint.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -127,6 +130,7 @@ TEST(CheckpointTest, ResumesAtAnyWorldAndStage) {
       TrainOptions o = testing::tiny_run(world, zero);
       o.steps = 6;
       o.save_dir = dir / "resumed";
+      o.overwrite = true;  // each mode's run replaces the one before
       o.resume = checkpoint_path(whole.save_dir, 3);
       train(o);
       EXPECT_LE(max_diff(testing::read_all(checkpoint_path(o.save_dir, 6)), expected), 1e-10);
@@ -316,6 +320,7 @@ TEST(CheckpointTest, StaleTemporariesAreRemovedBeforeSaving) {
   }
   TrainOptions o = saving_run(dir, "a", 1, 0);
   o.steps = 3;
+  o.overwrite = true;  // over the planted step-00000001.safetensors
   train(o);
   std::vector<std::string> left;
   for (const auto& entry : std::filesystem::directory_iterator(dir / "a")) left.push_back(entry.path().filename());
@@ -324,6 +329,112 @@ TEST(CheckpointTest, StaleTemporariesAreRemovedBeforeSaving) {
   expected.push_back("step-00000003.safetensors");
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(left, expected);
+}
+
+// Whether the lock file is held now, and by whom: what a second run would
+// see (a flock of another open file, even in this process, conflicts).
+std::string lock_holder(const std::string& dir) {
+  const int fd = ::open((std::filesystem::path(dir) / ".tinyllm.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "no lock file";
+  std::string holder = "free";
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    std::array<char, 32> text{};
+    holder = "pid " + std::string(text.data(), std::max<ssize_t>(::pread(fd, text.data(), text.size() - 1, 0), 0));
+  }
+  ::close(fd);
+  return holder;
+}
+
+// Two runs saving into one directory at once would interleave their
+// checkpoints: the second refuses, naming the first's pid, and writes nothing.
+TEST(CheckpointTest, ASecondRunRefusesASaveDirectoryInUse) {
+  const testing::ScratchDir dir("tinyllm-ckpt-lock");
+  TrainOptions o = saving_run(dir, "a", 1, 0);
+  std::filesystem::create_directories(o.save_dir);
+  const int fd = ::open((dir / "a/.tinyllm.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  ASSERT_EQ(::pwrite(fd, "4242", 4, 0), 4);
+  // The holder's save in progress: a temporary that only its own run may remove.
+  const std::string saving = dir / "a/step-00000003.safetensors.0123456789abcdef.tmp";
+  std::ofstream(saving) << "x";
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    "--save directory '" + o.save_dir + "' is in use by another tinyllm run (pid 4242)");
+  ::close(fd);
+  EXPECT_TRUE(std::filesystem::exists(saving));
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_path(o.save_dir, 3)));
+
+  // A run holds the lock, with its pid, from before its first step to its end.
+  const std::string self = "pid " + std::to_string(::getpid());
+  std::vector<std::string> seen;
+  train(o, [&](const StepReport&) { seen.push_back(lock_holder(o.save_dir)); });
+  EXPECT_EQ(seen, std::vector<std::string>(o.steps, self));
+  EXPECT_EQ(lock_holder(o.save_dir), "no lock file");
+
+  // Under procs the parent holds it, and the forked ranks save as before.
+  o = saving_run(dir, "procs", 2, 1);
+  o.backend = Backend::Procs;
+  train(o);
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(o.save_dir, 6)));
+  EXPECT_EQ(lock_holder(o.save_dir), "no lock file");
+}
+
+// A new run would replace another run's checkpoints one by one, and
+// --resume DIR would then take whichever was written last.
+TEST(CheckpointTest, RefusesAnotherRunsCheckpointsUnlessResumingOrOverwriting) {
+  const testing::ScratchDir dir("tinyllm-ckpt-other");
+  TrainOptions o = saving_run(dir, "a", 1, 0);
+  train(o);
+  const std::string last = bytes_of(checkpoint_path(o.save_dir, 6));
+  o.seed = 7;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    "--save directory '" + o.save_dir +
+                        "' already holds checkpoints of another run (step-00000006.safetensors); pass --resume " +
+                        o.save_dir + " to continue it, or --overwrite to replace them");
+  EXPECT_EQ(bytes_of(checkpoint_path(o.save_dir, 6)), last);
+
+  o = saving_run(dir, "a", 1, 0);
+  o.resume = checkpoint_path(o.save_dir, 3);  // a file in the directory
+  train(o);
+  EXPECT_EQ(bytes_of(checkpoint_path(o.save_dir, 6)), last);
+  o.resume = o.save_dir;
+  o.steps = 9;
+  train(o);
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(o.save_dir, 9)));
+
+  o = saving_run(dir, "a", 1, 0);
+  o.seed = 7;
+  o.overwrite = true;
+  train(o);
+  EXPECT_NE(bytes_of(checkpoint_path(o.save_dir, 6)), last);
+}
+
+// A --save directory the user may not write: refused before any step,
+// naming it, and the checkpoint already there stays as it was. Root may
+// write anyway, so the test needs another user.
+TEST(CheckpointTest, RefusesAReadOnlySaveDirectory) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes into a read-only directory";
+  const testing::ScratchDir dir("tinyllm-ckpt-readonly");
+  TrainOptions o = saving_run(dir, "a", 1, 0);
+  train(o);
+  const std::string last = bytes_of(checkpoint_path(o.save_dir, 6));
+  std::filesystem::permissions(o.save_dir, std::filesystem::perms::owner_write, std::filesystem::perm_options::remove);
+  o.resume = o.save_dir;
+  o.steps = 9;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--save directory '" + o.save_dir + "' is not writable");
+  std::filesystem::permissions(o.save_dir, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  EXPECT_EQ(bytes_of(checkpoint_path(o.save_dir, 6)), last);
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_path(o.save_dir, 9)));
+}
+
+// A --save path through a regular file: no user can make it a directory.
+TEST(CheckpointTest, RefusesASaveDirectoryUnderARegularFile) {
+  const testing::ScratchDir dir("tinyllm-ckpt-under-file");
+  std::ofstream(dir / "file") << "x";
+  TrainOptions o = saving_run(dir, "file/ckpt", 1, 0);
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    "--save directory '" + o.save_dir + "' is not writable (Not a directory)");
+  EXPECT_EQ(bytes_of(dir / "file"), "x");
 }
 
 // Metadata whose sizes disagree with the tensors, under a valid checksum

@@ -118,6 +118,7 @@ TEST(TrainerScheduleTest, AConstantScheduleWithoutClippingTrainsAsAFixedLr) {
   o.schedule = optim::LRScheduleKind::Constant;
   o.clip = 0;
   o.save_dir = dir / "run";
+  o.overwrite = true;  // trained() saves the same run first
   std::vector<double> lrs;
   const HandRun run = trained(o);
   train(o, [&](const StepReport& r) { lrs.push_back(r.lr); });

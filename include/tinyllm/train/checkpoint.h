@@ -45,7 +45,8 @@ std::string find_checkpoint(const std::string& path_or_dir);
 // Removes what a save killed mid-write (SIGKILL, a crash) left in dir: the
 // writer's temporary files, "<name>.safetensors.<16 hex digits>.tmp", and
 // nothing else. A run saving into dir at the same moment would lose its
-// own, so the trainer calls it once, before its first save. Returns the
+// own, so the trainer calls it once, after taking dir's lock and before its
+// first save. Returns the
 // paths removed; a file that cannot be removed is left, and the next save
 // reports any real fault in dir.
 std::vector<std::string> remove_stale_temporaries(const std::string& dir);

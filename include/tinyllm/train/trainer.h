@@ -74,6 +74,7 @@ struct TrainOptions {
                                // and as kBestCheckpoint whenever the validation loss is the run's lowest;
                                // a run of steps 0 saves its starting weights as step 0
   std::size_t save_every = 0;  // 0: only at the end
+  bool overwrite = false;      // save even where save_dir holds checkpoints the run does not resume
   std::string resume;          // checkpoint (or directory of them) to continue from: weights, optimizer, step
   std::string init;            // checkpoint whose weights start a fresh run
   SharedFiles shared_files = SharedFiles::Auto;  // how ranks write checkpoints (safetensors.h)
