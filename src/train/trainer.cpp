@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -89,6 +91,14 @@ dist::CommOptions comm_options(const TrainOptions& o) {
   return {.timeout = std::chrono::milliseconds(std::llround(o.timeout * 1000))};
 }
 
+// The metrics file is truncated at the start: naming the corpus would erase it.
+void check_metrics_is_not_data(const std::string& metrics, const std::string& data) {
+  std::error_code error;
+  if (!metrics.empty() && fs::equivalent(metrics, data, error)) {
+    throw std::invalid_argument(fmt::format("--metrics file '{}' is the --data file '{}'", metrics, data));
+  }
+}
+
 void check_options(const TrainOptions& o, const Corpus& corpus) {
   o.model.check();
   optim::AdamW::factory(o.adamw);
@@ -111,10 +121,24 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   check_start(o);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
+  check_metrics_is_not_data(o.metrics, o.data);
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
     throw std::invalid_argument(fmt::format("--metrics file '{}' cannot be written", o.metrics));
   }
   if (!o.save_dir.empty()) remove_stale_temporaries(o.save_dir);  // what killed saves left
+}
+
+// Flushed each step, so that a full disk is reported at the step it fills
+// rather than as an empty file after a run that claims success.
+void write_metrics(std::ofstream& metrics, const std::string& path, const StepReport& report) {
+  metrics << metrics_line(report) << '\n';
+  if (report.val_loss) metrics << val_metrics_line(report.step, *report.val_loss) << '\n';
+  errno = 0;
+  metrics << std::flush;
+  if (!metrics) {
+    throw std::runtime_error(fmt::format("--metrics file '{}' cannot be written at step {}: {}", path, report.step + 1,
+                                         errno != 0 ? std::strerror(errno) : "write failed"));
+  }
 }
 
 // Rank 0's summary, carried back to the caller: through memory shared with
@@ -295,11 +319,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
     if (best) summary.best_val_loss = report.val_loss;
     if (r == 0) {
       observer.on_step(report);
-      if (metrics.is_open()) {
-        metrics << metrics_line(report) << '\n';
-        if (report.val_loss) metrics << val_metrics_line(step, *report.val_loss) << '\n';
-        metrics << std::flush;
-      }
+      if (metrics.is_open()) write_metrics(metrics, o.metrics, report);
     }
     if (best && !o.save_dir.empty()) save((fs::path(o.save_dir) / kBestCheckpoint).string(), step + 1);
     const bool last = step + 1 == o.steps;
