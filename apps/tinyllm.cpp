@@ -83,7 +83,7 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   app.add_option("--steps", o.steps,
                  "optimizer steps (a resumed run counts its earlier ones; train --steps 0 --save DIR saves the start)")
       ->capture_default_str();
-  app.add_option("--lr", o.adamw.lr, "AdamW learning rate (the schedule's peak)")->capture_default_str();
+  app.add_option("--lr", o.adamw.lr, "AdamW learning rate (the schedule's peak), in [0, 1000]")->capture_default_str();
   app.add_option("--schedule", names.schedule,
                  "learning rate by step: cosine (nanoGPT's linear warmup, cosine decay to --min-lr, then --min-lr) "
                  "or constant (--lr throughout)")
@@ -91,11 +91,12 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   app.add_option("--warmup-steps", o.warmup_steps, "cosine: steps of linear warmup (default: 1/10 of the decay steps)");
   app.add_option("--decay-steps", o.decay_steps, "cosine: the step it reaches --min-lr at (0: --steps)")
       ->capture_default_str();
-  app.add_option("--min-lr", o.min_lr, "cosine: the learning rate after the decay (default: --lr / 10)");
-  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  app.add_option("--beta1", o.adamw.betas.first, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2")->capture_default_str();
-  app.add_option("--eps", o.adamw.eps, "AdamW eps")->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "cosine: the learning rate after the decay, in [0, 1000] (default: --lr / 10)");
+  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay, in [0, 1000]")
+      ->capture_default_str();
+  app.add_option("--beta1", o.adamw.betas.first, "AdamW beta1, in [0, 1)")->capture_default_str();
+  app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2, in [0, 1)")->capture_default_str();
+  app.add_option("--eps", o.adamw.eps, "AdamW eps, in [0, 1]")->capture_default_str();
   flags.seed = app.add_option("--seed", o.seed, "initialisation seed")->capture_default_str();
   flags.world = app.add_option("--world", o.world, "ranks (under mpirun: its -n, the default there)")
                     ->capture_default_str()

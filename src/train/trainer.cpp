@@ -99,7 +99,28 @@ void check_metrics_is_not_data(const std::string& metrics, const std::string& da
   }
 }
 
+// A rate above kMaxRate diverges on the first step; inf and NaN would save
+// a checkpoint of NaN parameters.
+constexpr double kMaxRate = 1e3;
+
+void check_in(const char* flag, double value, double low, double high, const char* upper) {
+  if (!(value >= low && value <= high) || (*upper == ')' && value == high)) {
+    throw std::invalid_argument(
+        fmt::format("{} must be a number in [{:g}, {:g}{} (got {})", flag, low, high, upper, value));
+  }
+}
+
+void check_optimizer(const TrainOptions& o) {
+  check_in("--lr", o.adamw.lr, 0, kMaxRate, "]");
+  if (o.min_lr) check_in("--min-lr", *o.min_lr, 0, kMaxRate, "]");
+  check_in("--weight-decay", o.adamw.weight_decay, 0, kMaxRate, "]");
+  check_in("--beta1", o.adamw.betas.first, 0, 1, ")");
+  check_in("--beta2", o.adamw.betas.second, 0, 1, ")");
+  check_in("--eps", o.adamw.eps, 0, 1, "]");
+}
+
 void check_options(const TrainOptions& o, const Corpus& corpus) {
+  check_optimizer(o);
   o.model.check();
   optim::AdamW::factory(o.adamw);
   lr_schedule(o);
