@@ -8,11 +8,14 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +39,43 @@ const char* mode_name(int zero) {
   return kNames[zero];
 }
 
+template <typename T>
+constexpr std::uint64_t kMaxOf = static_cast<std::uint64_t>(std::numeric_limits<T>::max());
+
+// unbounded: high is only the type's limit, so a positive low is the rule worth saying.
+std::uint64_t parse_integer(const std::string& flag, const std::string& text, std::uint64_t low, std::uint64_t high,
+                            bool unbounded) {
+  std::uint64_t n = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, n);
+  if (text.empty() || error != std::errc() || stop != end || n < low || n > high) {
+    throw CLI::ValidationError(
+        unbounded && low > 0 ? fmt::format("{} must be at least {} (got {})", flag, low, text)
+                             : fmt::format("{} must be an integer from {} to {} (got {})", flag, low, high, text));
+  }
+  return n;
+}
+
+// Every integer flag: CLI11 would read "-1" into an unsigned option as
+// 2^64 - 1, and bound an int by a 310-digit number, so the text is parsed
+// here, refusing a sign and any value outside [low, high].
+template <typename T>
+CLI::Option* add_integer(CLI::App& app, const std::string& flag, T& value, const std::string& help,
+                         std::uint64_t low = 0, std::uint64_t high = kMaxOf<T>) {
+  const auto set = [&value, flag, low, high](const std::string& text) {
+    value = static_cast<T>(parse_integer(flag, text, low, high, high == kMaxOf<T>));
+  };
+  return app.add_option_function<std::string>(flag, set, help)->type_name("INT")->default_str(fmt::format("{}", value));
+}
+
+CLI::Option* add_integer(CLI::App& app, const std::string& flag, std::optional<std::size_t>& value,
+                         const std::string& help) {
+  const auto set = [&value, flag](const std::string& text) {
+    value = parse_integer(flag, text, 0, kMaxOf<std::size_t>, true);
+  };
+  return app.add_option_function<std::string>(flag, set, help)->type_name("INT");
+}
+
 struct ModelFlags {
   std::vector<CLI::Option*> options;
   bool given() const {
@@ -47,12 +87,10 @@ struct ModelFlags {
 
 ModelFlags add_model(CLI::App& app, nn::GPTConfig& m) {
   return {{
-      app.add_option("--layers", m.n_layer, "transformer blocks (L)")
-          ->capture_default_str()
-          ->check(CLI::PositiveNumber),
-      app.add_option("--heads", m.n_head, "attention heads (H)")->capture_default_str()->check(CLI::PositiveNumber),
-      app.add_option("--width", m.n_embd, "embedding width (C)")->capture_default_str()->check(CLI::PositiveNumber),
-      app.add_option("--seq", m.block_size, "context length (T)")->capture_default_str()->check(CLI::PositiveNumber),
+      add_integer(app, "--layers", m.n_layer, "transformer blocks (L)", 1),
+      add_integer(app, "--heads", m.n_head, "attention heads (H)", 1),
+      add_integer(app, "--width", m.n_embd, "embedding width (C)", 1),
+      add_integer(app, "--seq", m.block_size, "context length (T)", 1),
   }};
 }
 
@@ -76,38 +114,31 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   app.add_option("--data", o.data, "corpus file, one token per byte")->capture_default_str();
   app.add_option("--val-fraction", o.val_fraction, "the corpus's last fraction of bytes, held out for validation")
       ->capture_default_str();
-  flags.eval_every = app.add_option("--eval-every", o.eval_every,
-                                    "the validation loss every this many steps and at the end (0: never)")
-                         ->capture_default_str();
-  app.add_option("--eval-batches", o.eval_batches, "validation batches of --batch windows each (0: every window)")
-      ->capture_default_str();
-  flags.batch =
-      app.add_option("--batch", o.batch, "global batch, in windows")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--steps", o.steps,
-                 "optimizer steps (a resumed run counts its earlier ones; train --steps 0 --save DIR saves the start)")
-      ->capture_default_str();
-  app.add_option("--lr", o.adamw.lr, "AdamW learning rate (the schedule's peak)")->capture_default_str();
+  flags.eval_every = add_integer(app, "--eval-every", o.eval_every,
+                                 "the validation loss every this many steps and at the end (0: never)");
+  add_integer(app, "--eval-batches", o.eval_batches, "validation batches of --batch windows each (0: every window)");
+  flags.batch = add_integer(app, "--batch", o.batch, "global batch, in windows", 1);
+  add_integer(app, "--steps", o.steps,
+              "optimizer steps (a resumed run counts its earlier ones; train --steps 0 --save DIR saves the start)");
+  app.add_option("--lr", o.adamw.lr, "AdamW learning rate (the schedule's peak), in [0, 1000]")->capture_default_str();
   app.add_option("--schedule", names.schedule,
                  "learning rate by step: cosine (nanoGPT's linear warmup, cosine decay to --min-lr, then --min-lr) "
                  "or constant (--lr throughout)")
       ->capture_default_str();
-  app.add_option("--warmup-steps", o.warmup_steps, "cosine: steps of linear warmup (default: 1/10 of the decay steps)");
-  app.add_option("--decay-steps", o.decay_steps, "cosine: the step it reaches --min-lr at (0: --steps)")
+  add_integer(app, "--warmup-steps", o.warmup_steps,
+              "cosine: steps of linear warmup (default: 1/10 of the decay steps)");
+  add_integer(app, "--decay-steps", o.decay_steps, "cosine: the step it reaches --min-lr at (0: --steps)");
+  app.add_option("--min-lr", o.min_lr, "cosine: the learning rate after the decay, in [0, 1000] (default: --lr / 10)");
+  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay, in [0, 1000]")
       ->capture_default_str();
-  app.add_option("--min-lr", o.min_lr, "cosine: the learning rate after the decay (default: --lr / 10)");
-  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  app.add_option("--beta1", o.adamw.betas.first, "AdamW beta1")->capture_default_str();
-  app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2")->capture_default_str();
-  app.add_option("--eps", o.adamw.eps, "AdamW eps")->capture_default_str();
-  flags.seed = app.add_option("--seed", o.seed, "initialisation seed")->capture_default_str();
-  flags.world = app.add_option("--world", o.world, "ranks (under mpirun: its -n, the default there)")
-                    ->capture_default_str()
-                    ->check(CLI::NonNegativeNumber);
-  app.add_option("--zero", o.zero, "0: DDP; 1, 2, 3: ZeRO stage")->capture_default_str()->check(CLI::Range(0, 3));
+  app.add_option("--beta1", o.adamw.betas.first, "AdamW beta1, in [0, 1)")->capture_default_str();
+  app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2, in [0, 1)")->capture_default_str();
+  app.add_option("--eps", o.adamw.eps, "AdamW eps, in [0, 1]")->capture_default_str();
+  flags.seed = add_integer(app, "--seed", o.seed, "initialisation seed");
+  flags.world = add_integer(app, "--world", o.world, "ranks (under mpirun: its -n, the default there)", 1);
+  add_integer(app, "--zero", o.zero, "0: DDP; 1, 2, 3: ZeRO stage", 0, 3);
   app.add_option("--backend", names.backend, "auto, threads, procs or mpi")->capture_default_str();
-  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_integer(app, "--grad-accum", o.grad_accum, "micro-batches per step", 1);
   app.add_flag("--overlap", o.overlap,
                "on procs and mpi, reduce each gradient bucket on a communication thread while backward goes on");
   app.add_flag("--decay-all", o.decay_all,
@@ -432,7 +463,7 @@ int main(int argc, char** argv) {
   train->add_option("--metrics", train_options.metrics, "write one JSON object per step to this file");
   train->add_option("--save", train_options.save_dir,
                     "write checkpoints to this directory (at the end, and see --save-every)");
-  train->add_option("--save-every", train_options.save_every, "also write a checkpoint every this many steps");
+  add_integer(*train, "--save-every", train_options.save_every, "also write a checkpoint every this many steps");
   train->add_flag("--overwrite", train_options.overwrite,
                   "save into a --save directory that holds checkpoints of another run, replacing them");
   train->add_option("--resume", train_options.resume, "continue from this checkpoint (or the latest in a directory)");
@@ -449,7 +480,7 @@ int main(int argc, char** argv) {
   int memory_world = 4;
   CLI::App* memory = app.add_subcommand("memory", "the per-rank byte table of DDP and ZeRO 1-3, without training");
   add_model(*memory, memory_config);
-  memory->add_option("--world", memory_world, "ranks")->capture_default_str()->check(CLI::PositiveNumber);
+  add_integer(*memory, "--world", memory_world, "ranks", 1);
 
   std::string diff_a, diff_b;
   double diff_tolerance = train::kVerifyTolerance;
@@ -463,16 +494,12 @@ int main(int argc, char** argv) {
   CLI::App* sample = app.add_subcommand("sample", "text from a checkpoint: the prompt and its continuation");
   sample->add_option("checkpoint", sample_options.checkpoint, "checkpoint (or directory: its latest)")->required();
   sample->add_option("--prompt", sample_options.prompt, "text to continue (default: a newline)");
-  sample->add_option("--tokens", sample_options.generate.max_new_tokens, "new tokens (bytes) per sample")
-      ->capture_default_str();
+  add_integer(*sample, "--tokens", sample_options.generate.max_new_tokens, "new tokens (bytes) per sample");
   sample->add_option("--temperature", sample_options.generate.temperature, "divides the logits; > 0")
       ->capture_default_str();
-  sample->add_option("--top-k", sample_options.generate.top_k, "draw among the K most likely (1: greedy)")
-      ->capture_default_str();
-  sample->add_option("--samples", sample_options.samples, "samples, one after another from one generator")
-      ->capture_default_str();
-  sample->add_option("--seed", sample_options.seed, "sampling seed: the same seed gives the same bytes")
-      ->capture_default_str();
+  add_integer(*sample, "--top-k", sample_options.generate.top_k, "draw among the K most likely (1: greedy)");
+  add_integer(*sample, "--samples", sample_options.samples, "samples, one after another from one generator");
+  add_integer(*sample, "--seed", sample_options.seed, "sampling seed: the same seed gives the same bytes");
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -9,6 +9,13 @@
 
 namespace tinyllm::nn {
 
+namespace {
+
+// 2^40 parameters: 8 TiB as doubles, before gradients and optimizer state.
+constexpr double kMaxParameters = 1099511627776.0;
+
+}  // namespace
+
 void GPTConfig::check() const {
   const GPTConfig& c = *this;
   if (c.vocab_size == 0 || c.block_size == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_embd == 0) {
@@ -18,6 +25,16 @@ void GPTConfig::check() const {
   }
   if (c.n_embd % c.n_head != 0) {
     throw std::invalid_argument(fmt::format("GPT: width {} is not divisible by {} heads", c.n_embd, c.n_head));
+  }
+  // Counted in double, which cannot overflow where size_t would wrap and
+  // then pass; beyond the cap no machine holds the parameters.
+  const double C = static_cast<double>(c.n_embd), L = static_cast<double>(c.n_layer);
+  const double count =
+      (static_cast<double>(c.vocab_size) + static_cast<double>(c.block_size) + 2) * C + L * (12 * C * C + 13 * C);
+  if (!(count <= kMaxParameters)) {
+    throw std::invalid_argument(
+        fmt::format("GPT: --layers {} --width {} --seq {} give {:.3g} parameters, more than the cap of {:.3g}",
+                    c.n_layer, c.n_embd, c.block_size, count, kMaxParameters));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -10,6 +11,13 @@
 namespace tinyllm::train {
 
 Corpus Corpus::load(const std::string& path) {
+  // An endless stream (/dev/zero, a FIFO) would be read until memory runs out.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status))
+    throw std::invalid_argument(fmt::format("data file '{}' is a directory", path));
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw std::invalid_argument(fmt::format("data file '{}' is not a regular file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument(fmt::format("data file '{}' cannot be opened", path));
   std::vector<int> tokens;

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -91,7 +93,36 @@ dist::CommOptions comm_options(const TrainOptions& o) {
   return {.timeout = std::chrono::milliseconds(std::llround(o.timeout * 1000))};
 }
 
+// The metrics file is truncated at the start: naming the corpus would erase it.
+void check_metrics_is_not_data(const std::string& metrics, const std::string& data) {
+  std::error_code error;
+  if (!metrics.empty() && fs::equivalent(metrics, data, error)) {
+    throw std::invalid_argument(fmt::format("--metrics file '{}' is the --data file '{}'", metrics, data));
+  }
+}
+
+// A rate above kMaxRate diverges on the first step; inf and NaN would save
+// a checkpoint of NaN parameters.
+constexpr double kMaxRate = 1e3;
+
+void check_in(const char* flag, double value, double low, double high, const char* upper) {
+  if (!(value >= low && value <= high) || (*upper == ')' && value == high)) {
+    throw std::invalid_argument(
+        fmt::format("{} must be a number in [{:g}, {:g}{} (got {})", flag, low, high, upper, value));
+  }
+}
+
+void check_optimizer(const TrainOptions& o) {
+  check_in("--lr", o.adamw.lr, 0, kMaxRate, "]");
+  if (o.min_lr) check_in("--min-lr", *o.min_lr, 0, kMaxRate, "]");
+  check_in("--weight-decay", o.adamw.weight_decay, 0, kMaxRate, "]");
+  check_in("--beta1", o.adamw.betas.first, 0, 1, ")");
+  check_in("--beta2", o.adamw.betas.second, 0, 1, ")");
+  check_in("--eps", o.adamw.eps, 0, 1, "]");
+}
+
 void check_options(const TrainOptions& o, const Corpus& corpus) {
+  check_optimizer(o);
   o.model.check();
   optim::AdamW::factory(o.adamw);
   lr_schedule(o);
@@ -113,8 +144,22 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   check_start(o);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
+  check_metrics_is_not_data(o.metrics, o.data);
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
     throw std::invalid_argument(fmt::format("--metrics file '{}' cannot be written", o.metrics));
+  }
+}
+
+// Flushed each step, so that a full disk is reported at the step it fills
+// rather than as an empty file after a run that claims success.
+void write_metrics(std::ofstream& metrics, const std::string& path, const StepReport& report) {
+  metrics << metrics_line(report) << '\n';
+  if (report.val_loss) metrics << val_metrics_line(report.step, *report.val_loss) << '\n';
+  errno = 0;
+  metrics << std::flush;
+  if (!metrics) {
+    throw std::runtime_error(fmt::format("--metrics file '{}' cannot be written at step {}: {}", path, report.step + 1,
+                                         errno != 0 ? std::strerror(errno) : "write failed"));
   }
 }
 
@@ -313,11 +358,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
     if (best) summary.best_val_loss = report.val_loss;
     if (r == 0) {
       observer.on_step(report);
-      if (metrics.is_open()) {
-        metrics << metrics_line(report) << '\n';
-        if (report.val_loss) metrics << val_metrics_line(step, *report.val_loss) << '\n';
-        metrics << std::flush;
-      }
+      if (metrics.is_open()) write_metrics(metrics, o.metrics, report);
     }
     if (best && !o.save_dir.empty()) save((fs::path(o.save_dir) / kBestCheckpoint).string(), step + 1);
     // Every rank sees the same gathered signals, so all stop after this step.
