@@ -2,7 +2,7 @@
 """The PyTorch peer for bench/train_vs_torch.sh: data-parallel training of
 tools/torch_gpt.py's GPT (float64) over P processes on this machine (gloo),
 the same training as `tinyllm train`'s defaults (tools/torch_train.py:
-DESIGN.md's data order on the training part of --val-fraction's split,
+docs/DESIGN.md's data order (section 4) on the training part of --val-fraction's split,
 nanoGPT's get_lr with tinyllm's default warmup and min lr, AdamW in
 nanoGPT's two groups, clip_grad_norm_ at --clip), timed like `tinyllm train
 --metrics`; it does not evaluate.

@@ -3,7 +3,7 @@
 checkpoint read with nothing but the safetensors format (u64 header length,
 JSON header, little-endian F64 data) loads into tools/torch_gpt.py's GPT
 with every key matched, and gives the loss tinyllm reports for the next
-step's batch (DESIGN.md's data order on the training part of the split,
+step's batch (docs/DESIGN.md's data order (section 4) on the training part of the split,
 --val-fraction 0.1 by default as in the trainer).
 
   tinyllm train --save ck --steps 2 ... && tinyllm train --resume ck --steps 3 --metrics m.jsonl

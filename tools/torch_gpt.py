@@ -1,4 +1,4 @@
-"""DESIGN.md's GPT in PyTorch, the independent peer tinyllm is checked and
+"""docs/DESIGN.md's GPT (section 3) in PyTorch, the independent peer tinyllm is checked and
 timed against: same parameter names, order and layouts (nanoGPT's), tied
 head, tanh GELU, LayerNorm eps 1e-5, explicit causal attention (Debian's
 torch 1.13 predates F.scaled_dot_product_attention). Imported by

@@ -1,5 +1,5 @@
 """nanoGPT's training pieces in PyTorch, in tinyllm's conventions, for the
-peers that train beside `tinyllm train`: DESIGN.md's data order
+peers that train beside `tinyllm train`: docs/DESIGN.md's data order (section 4)
 (include/tinyllm/train/data.h), the train/validation split and the
 validation loss (src/train/evaluate.cpp), nanoGPT's get_lr, its two AdamW
 groups, and a checkpoint read by the safetensors format alone. Imported by

@@ -2,7 +2,7 @@
 """A differential test of `tinyllm train` against nanoGPT-style training in
 PyTorch (tools/torch_gpt.py's GPT, float64): both start from the same
 weights (`tinyllm train --steps 0 --save` writes them), train on the same
-batches (DESIGN.md's data order on the training part of the split), at
+batches (docs/DESIGN.md's data order (section 4) on the training part of the split), at
 nanoGPT's get_lr, clipped by torch.nn.utils.clip_grad_norm_, with
 torch.optim.AdamW in nanoGPT's two groups (or one, for --decay-all); every
 step's loss, lr and gradient norm, each validation loss, and the final

@@ -19,7 +19,7 @@ namespace tinyllm::python {
 
 namespace py = pybind11;
 
-// An optimizer's class and hyperparameters, the seed's `opt_cls, **kw`
+// An optimizer's class and hyperparameters, the `opt_cls, **kw` of docs/ZERO.md
 // (tinyllm.optim.AdamW._factory(lr=0.5) makes one), for ZeroOptimizer.
 struct Factory {
   optim::OptimizerFactory make;

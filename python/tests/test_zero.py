@@ -1,4 +1,4 @@
-"""tinyllm.dist.zero against the seed course's test catalog, on threads and
+"""tinyllm.dist.zero against the test catalog of docs/ZERO.md, on threads and
 on processes: the hand example at every stage and rank, the byte table,
 DDP and every ZeRO stage against one process, the broadcast of rank 0's
 weights, and the configurations that must be refused."""

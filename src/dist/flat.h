@@ -1,9 +1,9 @@
-// The flat parameter vector that DDP and ZeroOptimizer share (the seed's
+// The flat parameter vector that DDP and ZeroOptimizer share (docs/ZERO.md's
 // w ∈ R^n: every parameter laid end to end in parameters() order), and the
 // checks that every rank holds the same list before any large collective.
 // Every copy between the tensors and a flat vector, and every view of one,
 // walks the same offsets, so flattening and unflattening cannot disagree on
-// the order (seed pitfall 9).
+// the order (pitfall 9 in docs/ZERO.md).
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,7 @@
 // The reductions follow the layout Comm passes (the chunk_bounds chunks, or
 // their parts of a window): each rank sums its own part over all slots in
 // rank order 0..p-1, once, and everyone copies that result, so every rank
-// ends with the same bits (the seed's L11.2 rule). Parts may differ in
+// ends with the same bits (docs/DESIGN.md section 2). Parts may differ in
 // length or be empty; every rank takes as many rounds as the longest needs.
 #include "shm_comm.h"
 

@@ -19,7 +19,7 @@ struct RunStart {
   std::size_t step = 0;  // the first step to run: the checkpoint's under --resume, else 0
 };
 
-// The options' model in the given mode on comm's ranks: the seed's weights
+// The options' model in the given mode on comm's ranks: docs/ZERO.md's weights
 // or --init's or --resume's, and with --resume AdamW's state and step.
 // Collective.
 RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero);

@@ -61,7 +61,7 @@ std::optional<CheckpointInfo> check_start(const TrainOptions& o) {
   if (!o.resume.empty() && info.batch != o.batch) {
     throw std::invalid_argument(
         fmt::format("checkpoint '{}' was trained with --batch {}; resuming with --batch {} would change the data "
-                    "order (DESIGN.md cuts step s at windows s·B)",
+                    "order (docs/DESIGN.md section 4 cuts step s at windows s·B)",
                     file.path(), info.batch, o.batch));
   }
   if (!o.resume.empty() && info.step > o.steps) {

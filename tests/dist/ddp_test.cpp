@@ -1,4 +1,4 @@
-// DDP: the seed's two tests under their names, on threads and processes,
+// DDP: the two tests of docs/ZERO.md under their names, on threads and processes,
 // then what DDP itself promises: bit-identical averaged gradients, rank 0's
 // weights from the constructor on, clear errors for disagreeing ranks.
 #include "tinyllm/dist/ddp.h"

@@ -1,5 +1,5 @@
-// Equality at scale: the GPT of DESIGN.md, small, trained 5 AdamW steps
-// with weight decay in DESIGN.md's data order, on p ranks in a mode (DDP or
+// Equality at scale: the GPT of docs/DESIGN.md section 3, small, trained 5 AdamW steps
+// with weight decay in docs/DESIGN.md's data order (section 4), on p ranks in a mode (DDP or
 // a ZeRO stage), equals one process to 1e-10 in every parameter, with the
 // same bits on every rank. Instantiated per backend (threads and processes
 // in dist_test, MPI in dist_mpi_test).

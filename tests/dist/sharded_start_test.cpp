@@ -119,7 +119,7 @@ TEST(ShardedStartThreadsTest, DdpMakesADeferredModelWhole) {
   });
 }
 
-// The initial broadcast's pitfall, for the sharded start: replicas built
+// The initial broadcast's pitfall (1 in docs/ZERO.md), for the sharded start: replicas built
 // with different seeds are refused instead of mixing their chunks.
 TEST(ShardedStartThreadsTest, ReplicasOfDifferentSeedsAreRefused) {
   run_ranks(Backend::Threads, 3, [](Comm& comm) {

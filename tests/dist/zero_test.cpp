@@ -1,4 +1,4 @@
-// The seed's test catalog (section 4) under its names, on ranks that are
+// The test catalog of docs/ZERO.md (section 2) under its names, on ranks that are
 // threads and ranks that are processes, then ZeroOptimizer's own behaviour:
 // what ranks must agree on, clipping, accumulation, stage 3's released
 // parameters, chunks that are empty.
@@ -85,7 +85,7 @@ TEST_P(ZeroSeedTest, HandExampleZeroStep) {
         zo.gather();
       }
       expect_all_within(w.to_vector(), exact, 1e-14, "w");
-      expect_all_within(w.to_vector(), seed_table, 1e-7, "w against the seed's table");
+      expect_all_within(w.to_vector(), seed_table, 1e-7, "w against docs/ZERO.md's table");
       expect_same_bits_on_every_rank(comm, w.to_vector(), "w");
     });
   }
@@ -113,7 +113,7 @@ TEST(ZeroOptimizerTest, TheInnerOptimizersLrSetsTheStep) {
 }
 
 TEST_P(ZeroSeedTest, HandExampleMemoryByStage) {
-  // The seed's table for ranks 0 and 3, in bytes, and the same rules for
+  // The table of docs/ZERO.md for ranks 0 and 3, in bytes, and the same rules for
   // ranks 1 and 2 (chunks of 3, 3, 2, 2 values).
   const MemoryBytes seed_table[4][2] = {
       {{80, 104, 72}, {80, 96, 48}},  // stage 1: rank 0, rank 3

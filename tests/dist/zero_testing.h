@@ -1,4 +1,4 @@
-// What the DDP and ZeRO tests share: a 44-parameter network (the seed's
+// What the DDP and ZeRO tests share: a 44-parameter network (docs/ZERO.md's
 // model for the memory test), a batch whose every value is a formula of
 // (step, row, column), and one training loop that runs a mode (DDP or a
 // ZeRO stage) on p ranks or the same training on one process. Equality is

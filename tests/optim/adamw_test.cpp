@@ -1,4 +1,4 @@
-// AdamW against the seed's hand example, hand-computed steps and
+// AdamW against the hand example of docs/ZERO.md, hand-computed steps and
 // torch.optim.AdamW's own numbers (tools/optim_reference.py), plus its
 // state, its errors and its factory.
 #include <gtest/gtest.h>
@@ -36,7 +36,7 @@ double scalar_named(const StateDict& state, const std::string& name) {
   throw std::out_of_range("no scalar " + name);
 }
 
-// The seed's hand example on one process: w = 0..9, grad w − 1.5, lr 0.5,
+// The hand example of docs/ZERO.md on one process: w = 0..9, grad w − 1.5, lr 0.5,
 // no decay. After one step m̂ = g and sqrt(v̂) = |g|, so every entry moves
 // by 0.5 against the sign of its gradient (eps changes the eighth digit).
 Tensor hand_example_leaf() {

@@ -1,4 +1,4 @@
-// Uses the public API as DESIGN.md spells it; exits 0 when a step moves w.
+// Uses the public API as docs/DESIGN.md section 2 spells it; exits 0 when a step moves w.
 #include <tinyllm/tinyllm.h>
 
 #include <cmath>

@@ -46,7 +46,7 @@ TEST(CorpusTest, SplitKeepsTheFirstPartForTrainingAndTheRestForValidation) {
   const auto [train, val] = counting(20).split(0.25, 3);
   EXPECT_EQ(train.size(), 15u);
   EXPECT_EQ(val.size(), 5u);
-  // The training part's order is DESIGN.md's on its own 15 tokens: W = 4.
+  // The training part's order is docs/DESIGN.md's (section 4) on its own 15 tokens: W = 4.
   EXPECT_EQ(train.num_windows(3), 4u);
   EXPECT_EQ(train.batch(1, 3, 3).inputs, (std::vector<int>{9, 10, 11, 0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(val.windows(0, 1, 3).inputs, (std::vector<int>{15, 16, 17}));

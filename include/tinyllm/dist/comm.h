@@ -1,5 +1,5 @@
 // Comm: one rank's handle on a group of p ranks, with the collectives the
-// seed's DDP and ZeRO need. Every call is collective: all ranks make the same
+// DDP and ZeRO of docs/ZERO.md need. Every call is collective: all ranks make the same
 // calls in the same order with agreeing sizes. This class owns what every
 // backend shares (argument checks, the header that names a disagreeing rank,
 // the p == 1 case, traffic counts); a backend only moves the bytes.

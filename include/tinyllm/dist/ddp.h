@@ -1,4 +1,4 @@
-// DDP: data parallelism as the seed defines it. Every rank holds the whole
+// DDP: data parallelism as docs/ZERO.md defines it. Every rank holds the whole
 // model and computes the gradient of its own slice of the batch; DDP makes
 // the replicas start equal (rank 0's parameters, broadcast at construction)
 // and averages the gradients (one flat bucket, all_reduce(Mean)), and

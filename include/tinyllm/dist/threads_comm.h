@@ -1,5 +1,5 @@
 // run_threads: p ranks as threads of this process, talking through shared
-// memory. For tests and the seed's emulation; the ranks share this
+// memory. For tests and the emulation of docs/ZERO.md; the ranks share this
 // process's heap, so it shows no per-rank memory (run_procs does).
 #pragma once
 

@@ -1,4 +1,4 @@
-// ZeroOptimizer: ZeRO's sharded data parallelism as the seed defines it.
+// ZeroOptimizer: ZeRO's sharded data parallelism as docs/ZERO.md defines it.
 // Each rank updates only its chunk of the flat parameter vector, with the
 // unchanged optimizer (SGD, AdamW) over that chunk alone; since both are
 // elementwise, the chunked update equals one process's, entry by entry.
@@ -35,7 +35,7 @@
 // gradients are reduce-scattered. The next `prefetch` units (in the order
 // of the pass) are gathered with it. Parameters outside every unit (a
 // GPT's embeddings and final LayerNorm) are gathered by gather() and freed
-// by step(). Without units, gather() gathers every parameter, as the seed's
+// by step(). Without units, gather() gathers every parameter, as docs/ZERO.md's
 // stage 3 does.
 //
 // With BucketOptions::overlap, these collectives (the buckets'
@@ -45,7 +45,7 @@
 // gathers while the current unit computes; a unit waits for its own
 // gather only when the pass reaches it.
 //
-// A training step on each rank (the seed's):
+// A training step on each rank (docs/ZERO.md):
 //   zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step();
 // Gradient accumulation: step() once after every micro-batch's backward.
 // Stages 2 and 3 reduce each micro-batch's gradient as backward produces it

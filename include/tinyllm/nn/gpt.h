@@ -1,7 +1,7 @@
 // GPT: GPT-2's architecture at a small size, nanoGPT's layout and names so a
 // state dict maps one to one. Byte-level tokens; the output head is tied to
 // wte (logits = x · wteᵀ, no bias). Parameters, in order: wte, wpe, h.{i}.*,
-// ln_f (DESIGN.md lists them). Weights start as N(0, 0.02), the c_proj
+// ln_f (docs/DESIGN.md section 3 lists them). Weights start as N(0, 0.02), the c_proj
 // weights as N(0, 0.02/√(2L)), biases at 0, LayerNorms at (1, 0), drawn in
 // that order from one generator seeded by `seed`.
 #pragma once
@@ -29,7 +29,7 @@ struct GPTConfig {
 
   // std::invalid_argument naming the value: a size of 0, or heads not dividing the width.
   void check() const;
-  // Every parameter's shape, in parameters() order (DESIGN's list), and
+  // Every parameter's shape, in parameters() order (docs/DESIGN.md section 3), and
   // their elements in all: V·C + T·C + L·(12C² + 13C) + 2C.
   std::vector<Shape> parameter_shapes() const;
   std::size_t num_parameters() const;

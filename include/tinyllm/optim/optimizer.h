@@ -84,7 +84,7 @@ class Optimizer {
 };
 
 // Builds an optimizer, hyperparameters included, over any parameters: the
-// seed's `opt_cls, **kw`, which ZeroOptimizer calls on its flat chunk.
+// `opt_cls, **kw` of docs/ZERO.md, which ZeroOptimizer calls on its flat chunk.
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<Tensor> params)>;
 
 }  // namespace tinyllm::optim

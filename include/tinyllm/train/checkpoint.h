@@ -1,5 +1,5 @@
 // Checkpoint: a training run's whole state in one safetensors file, as
-// DESIGN.md fixes it. Data region: the parameters (F64, GPT-2's names, in
+// docs/DESIGN.md section 5 fixes it. Data region: the parameters (F64, GPT-2's names, in
 // parameters() order), then every "<name>.exp_avg", then every
 // "<name>.exp_avg_sq": three flat vectors of n values, so each rank writes
 // its chunk of each at its offset. The metadata holds the model's sizes,

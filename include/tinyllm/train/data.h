@@ -1,4 +1,4 @@
-// Corpus and Batch: DESIGN.md's data order, so any run can be reproduced by
+// Corpus and Batch: docs/DESIGN.md's data order (section 4), so any run can be reproduced by
 // anyone. Token i is byte i of the file. Window w is tokens [w·T, w·T + T + 1):
 // inputs its first T, targets its last T. With W = ⌊(N − 1)/T⌋ windows, step s
 // uses windows (s·B + j) mod W for j = 0..B−1, and rank r of p takes rows
@@ -35,7 +35,7 @@ class Corpus {
   Batch windows(std::size_t first, std::size_t count, std::size_t seq) const;
 
   // The first ⌊(1 − val_fraction)·N⌋ tokens to train on and the rest to
-  // validate on, each a corpus of its own: DESIGN.md's order applies to the
+  // validate on, each a corpus of its own: docs/DESIGN.md's order (section 4) applies to the
   // training part as if it were the whole file. std::invalid_argument for
   // a fraction outside [0, 1), or, at a fraction above 0, a part of fewer
   // than seq + 1 tokens.

@@ -1,4 +1,4 @@
-// The training loop: the GPT of DESIGN.md on a byte corpus in DESIGN.md's
+// The training loop: the GPT of docs/DESIGN.md section 3 on a byte corpus in docs/DESIGN.md's
 // data order, AdamW decaying the matrices and embeddings at each step's lr
 // from the schedule (optim::LRSchedule) after clipping, on `world` ranks with
 // DDP (zero 0) or a ZeRO stage, equal to one process. Rank r of p takes

@@ -1,4 +1,4 @@
-"""tinyllm.dist.zero: DDP and ZeroOptimizer with the seed-course signatures.
+"""tinyllm.dist.zero: DDP and ZeroOptimizer with the signatures of docs/ZERO.md.
 
 DDP(model, comm) broadcasts rank 0's parameters; forward (or calling it)
 runs the model; sync_grads() averages the gradients in one bucket.
