@@ -166,12 +166,12 @@ CheckpointInfo read_checkpoint_info(const SafetensorsFile& file) {
   info.seed = read_number(file, "seed");
   info.world = static_cast<int>(read_number(file, "world"));
   info.zero = static_cast<int>(read_number(file, "zero"));
+  check_shapes(file, info.config);
   try {
     info.config.check();
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("checkpoint '{}': {}", file.path(), e.what()));
   }
-  check_shapes(file, info.config);
   return info;
 }
 

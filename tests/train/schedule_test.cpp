@@ -198,7 +198,7 @@ TEST(TrainerScheduleTest, RejectsABadScheduleBeforeWritingAnything) {
   o.min_lr = 0.5;
   EXPECT_THROW_WITH(train(o), std::invalid_argument, "min_lr must not be above lr (got min_lr 0.5, lr 0.01)");
   o.min_lr = -1;
-  EXPECT_THROW_WITH(train(o), std::invalid_argument, "min_lr must be >= 0 (got -1)");
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--min-lr must be a number in [0, 1000] (got -1)");
   EXPECT_FALSE(std::filesystem::exists(dir / "m.jsonl"));
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt"));
 }
