@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "tinyllm/dist/chunk.h"
-#include "tinyllm/dist/stop.h"
+#include "tinyllm/distributed/chunk.h"
+#include "tinyllm/distributed/stop.h"
 #include "tinyllm/tensor/parallel.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/metrics.h"
@@ -290,7 +290,7 @@ class Printer final : public train::TrainObserver {
 };
 
 // The first SIGINT or SIGTERM asks the run to stop after its current step
-// (dist/stop.h), which saves that step under --save; a second one to the
+// (distributed/stop.h), which saves that step under --save; a second one to the
 // process the user started exits at once, and forked ranks die with it.
 pid_t main_pid = 0;
 

@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "timing.h"
-#include "tinyllm/dist/chunk.h"
-#include "tinyllm/dist/procs_comm.h"
+#include "tinyllm/distributed/chunk.h"
+#include "tinyllm/distributed/procs_comm.h"
 #ifdef TINYLLM_WITH_MPI
 #include <mpi.h>
 
-#include "tinyllm/dist/mpi_comm.h"
+#include "tinyllm/distributed/mpi_comm.h"
 #endif
 
 namespace {

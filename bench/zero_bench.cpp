@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "timing.h"
-#include "tinyllm/dist/procs_comm.h"
-#include "tinyllm/dist/zero.h"
+#include "tinyllm/distributed/procs_comm.h"
+#include "tinyllm/distributed/zero.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/tensor/storage.h"
 

@@ -1,19 +1,19 @@
 // Everything tinyllm offers, in one include.
 #pragma once
 
-#include "tinyllm/dist/buckets.h"
-#include "tinyllm/dist/chunk.h"
-#include "tinyllm/dist/comm.h"
-#include "tinyllm/dist/ddp.h"
-#include "tinyllm/dist/errors.h"
+#include "tinyllm/distributed/buckets.h"
+#include "tinyllm/distributed/chunk.h"
+#include "tinyllm/distributed/comm.h"
+#include "tinyllm/distributed/ddp.h"
+#include "tinyllm/distributed/errors.h"
 #if TINYLLM_WITH_MPI  // defined by the tinyllm target when it was built with MPI
-#include "tinyllm/dist/mpi_comm.h"
+#include "tinyllm/distributed/mpi_comm.h"
 #endif
-#include "tinyllm/dist/procs_comm.h"
-#include "tinyllm/dist/self_comm.h"
-#include "tinyllm/dist/stop.h"
-#include "tinyllm/dist/threads_comm.h"
-#include "tinyllm/dist/zero.h"
+#include "tinyllm/distributed/procs_comm.h"
+#include "tinyllm/distributed/self_comm.h"
+#include "tinyllm/distributed/stop.h"
+#include "tinyllm/distributed/threads_comm.h"
+#include "tinyllm/distributed/zero.h"
 #include "tinyllm/nn/attention.h"
 #include "tinyllm/nn/block.h"
 #include "tinyllm/nn/embedding.h"
@@ -30,7 +30,6 @@
 #include "tinyllm/optim/sgd.h"
 #include "tinyllm/tensor/attention.h"
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/check.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/elementwise.h"
 #include "tinyllm/tensor/hooks.h"

@@ -12,15 +12,15 @@
 #include <string>
 
 #include "bindings.h"
-#include "tinyllm/dist/chunk.h"
-#include "tinyllm/dist/comm.h"
-#include "tinyllm/dist/ddp.h"
-#include "tinyllm/dist/errors.h"
-#include "tinyllm/dist/procs_comm.h"
-#include "tinyllm/dist/threads_comm.h"
-#include "tinyllm/dist/zero.h"
+#include "tinyllm/distributed/chunk.h"
+#include "tinyllm/distributed/comm.h"
+#include "tinyllm/distributed/ddp.h"
+#include "tinyllm/distributed/errors.h"
+#include "tinyllm/distributed/procs_comm.h"
+#include "tinyllm/distributed/threads_comm.h"
+#include "tinyllm/distributed/zero.h"
 #if TINYLLM_WITH_MPI
-#include "tinyllm/dist/mpi_comm.h"
+#include "tinyllm/distributed/mpi_comm.h"
 #endif
 
 namespace tinyllm::python {

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "../tensor/target_clones.h"
-#include "tinyllm/tensor/check.h"
+#include "../support/target_clones.h"
+#include "../support/check.h"
 
 namespace tinyllm::optim {
 

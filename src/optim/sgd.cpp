@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "tinyllm/tensor/check.h"
+#include "../support/check.h"
 
 namespace tinyllm::optim {
 

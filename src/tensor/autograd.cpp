@@ -5,7 +5,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "tinyllm/tensor/check.h"
+#include "../support/check.h"
 
 namespace tinyllm::autograd {
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/check.h"
+#include "../support/check.h"
 
 namespace tinyllm {
 namespace {

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "tinyllm/tensor/autograd.h"
-#include "tinyllm/tensor/check.h"
+#include "../support/check.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/ops.h"
 

@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "target_clones.h"  // loops that call vexp are built as AVX2 clones too, as AdamW's update is
+#include "../support/target_clones.h"  // loops that call vexp are built as AVX2 clones too, as AdamW's update is
 
 namespace tinyllm::detail {
 

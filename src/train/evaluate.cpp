@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "tinyllm/dist/chunk.h"
+#include "tinyllm/distributed/chunk.h"
 
 namespace tinyllm::train {
 

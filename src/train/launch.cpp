@@ -4,10 +4,10 @@
 
 #include <stdexcept>
 
-#include "tinyllm/dist/procs_comm.h"
-#include "tinyllm/dist/threads_comm.h"
+#include "tinyllm/distributed/procs_comm.h"
+#include "tinyllm/distributed/threads_comm.h"
 #ifdef TINYLLM_WITH_MPI
-#include "tinyllm/dist/mpi_comm.h"
+#include "tinyllm/distributed/mpi_comm.h"
 #endif
 
 namespace tinyllm::train {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "tinyllm/dist/chunk.h"
+#include "tinyllm/distributed/chunk.h"
 #include "tinyllm/train/trainer.h"
 
 namespace tinyllm::train {

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tinyllm/dist/chunk.h"
+#include "tinyllm/distributed/chunk.h"
 #include "tinyllm/optim/clip_grad.h"
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/storage.h"

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "../dist/fnv1a.h"
+#include "../support/fnv1a.h"
 
 namespace tinyllm::train::detail {
 namespace {
@@ -42,7 +42,7 @@ std::uint64_t header_checksum(const std::vector<TensorInfo>& tensors, const Meta
   // refuses) is replaced rather than thrown on here.
   const std::string text =
       nlohmann::json::array({table, meta}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return mix64(dist::fnv1a(text));
+  return mix64(tinyllm::detail::fnv1a(text));
 }
 
 std::string hex(std::uint64_t value) { return fmt::format("{:016x}", value); }

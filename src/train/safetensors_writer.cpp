@@ -20,7 +20,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "../dist/fnv1a.h"
+#include "../support/fnv1a.h"
 #include "safetensors_format.h"
 #include "tinyllm/train/safetensors.h"
 
@@ -28,7 +28,7 @@ namespace tinyllm::train {
 
 using detail::checksum, detail::header_checksum, detail::hex, detail::kBlock, detail::kChecksumAt, detail::kDigits,
     detail::Layout, detail::lay_out, detail::read_all, detail::write_all;
-using dist::fnv1a;
+using tinyllm::detail::fnv1a;
 
 namespace {
 

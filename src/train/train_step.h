@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "tinyllm/dist/comm.h"
-#include "tinyllm/dist/zero.h"
+#include "tinyllm/distributed/comm.h"
+#include "tinyllm/distributed/zero.h"
 #include "tinyllm/optim/lr_schedule.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/replica.h"

@@ -16,7 +16,7 @@
 #include <stdexcept>
 
 #include "save_dir.h"
-#include "tinyllm/dist/stop.h"
+#include "tinyllm/distributed/stop.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/evaluate.h"

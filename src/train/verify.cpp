@@ -11,9 +11,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../dist/fnv1a.h"
+#include "../support/fnv1a.h"
 #include "difference.h"
-#include "tinyllm/dist/self_comm.h"
+#include "tinyllm/distributed/self_comm.h"
 #include "tinyllm/train/checkpoint.h"
 #include "train_step.h"
 
@@ -38,10 +38,10 @@ class VerifyObserver final : public TrainObserver {
   void after_step(dist::Comm& comm, Replica& replica, std::size_t step, double loss) override {
     // Every rank: its full state (collective under ZeRO) and the hash of its bits.
     std::vector<std::vector<double>> mine;
-    std::uint64_t h = dist::kFnv1aBasis;
+    std::uint64_t h = tinyllm::detail::kFnv1aBasis;
     for (Region region : {Region::Params, Region::ExpAvg, Region::ExpAvgSq}) {
       mine.push_back(replica.full(region));
-      h = dist::fnv1a(std::as_bytes(std::span(mine.back())), h);
+      h = tinyllm::detail::fnv1a(std::as_bytes(std::span(mine.back())), h);
     }
     std::vector<double> hashes(static_cast<std::size_t>(comm.size()));
     const double own = std::bit_cast<double>(h);

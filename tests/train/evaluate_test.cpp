@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "tinyllm/dist/threads_comm.h"
+#include "tinyllm/distributed/threads_comm.h"
 #include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "train_testing.h"

@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "tinyllm/dist/self_comm.h"
-#include "tinyllm/dist/threads_comm.h"
+#include "tinyllm/distributed/self_comm.h"
+#include "tinyllm/distributed/threads_comm.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/replica.h"
 #include "tinyllm/train/verify.h"

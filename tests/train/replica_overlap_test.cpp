@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "tinyllm/dist/threads_comm.h"
+#include "tinyllm/distributed/threads_comm.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/metrics.h"

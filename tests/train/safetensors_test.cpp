@@ -2,9 +2,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <tinyllm/dist/chunk.h>
-#include <tinyllm/dist/procs_comm.h>
-#include <tinyllm/dist/threads_comm.h>
+#include <tinyllm/distributed/chunk.h>
+#include <tinyllm/distributed/procs_comm.h>
+#include <tinyllm/distributed/threads_comm.h>
 #include <tinyllm/train/safetensors.h>
 #include <unistd.h>
 

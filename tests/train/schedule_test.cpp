@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "support/expect_throw.h"
-#include "tinyllm/dist/self_comm.h"
-#include "tinyllm/dist/threads_comm.h"
+#include "tinyllm/distributed/self_comm.h"
+#include "tinyllm/distributed/threads_comm.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/metrics.h"

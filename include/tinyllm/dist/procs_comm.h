@@ -1,25 +1,5 @@
-// run_procs: p ranks as processes of this machine, forked from this one and
-// talking through a POSIX shared-memory segment. Each rank has its own
-// address space, so its memory is really its own (what `tinyllm train
-// --world P` uses). The segment is unlinked as soon as it is mapped and the
-// children die with their parent, so nothing outlives a run.
+// The spelling from before the folder was renamed to distributed/ (docs/DESIGN.md),
+// kept so that code written against it still builds.
 #pragma once
 
-#include <functional>
-
-#include "tinyllm/dist/comm.h"
-
-namespace tinyllm::dist {
-
-// Forks p children, runs fn(comm) in child r as rank r, and waits for all.
-// Call it before this process starts threads of its own where possible
-// (fork copies only the calling thread); OpenBLAS restarts its pool in each
-// child, with its threads divided among the ranks. A rank that throws or
-// dies makes the others fail fast, and one that stops answering makes them
-// time out after `options.timeout`; ranks still running 1 s after the first
-// failure (stopped, or stuck outside the collectives) are killed. Rethrows
-// the first failure like run_threads, or a CommError "rank 2 died of signal
-// 9 (Killed)". fn's output goes to the inherited stdout and stderr.
-void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options = {});
-
-}  // namespace tinyllm::dist
+#include "tinyllm/distributed/procs_comm.h"

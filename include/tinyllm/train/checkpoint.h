@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tinyllm/dist/comm.h"
+#include "tinyllm/distributed/comm.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/train/safetensors.h"
 

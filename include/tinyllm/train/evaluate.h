@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "tinyllm/dist/comm.h"
+#include "tinyllm/distributed/comm.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/replica.h"
 

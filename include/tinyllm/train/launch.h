@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "tinyllm/dist/comm.h"
+#include "tinyllm/distributed/comm.h"
 
 namespace tinyllm::train {
 

@@ -16,9 +16,9 @@
 #include <span>
 #include <vector>
 
-#include "tinyllm/dist/comm.h"
-#include "tinyllm/dist/ddp.h"
-#include "tinyllm/dist/zero.h"
+#include "tinyllm/distributed/comm.h"
+#include "tinyllm/distributed/ddp.h"
+#include "tinyllm/distributed/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/train/checkpoint.h"

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tinyllm/dist/comm.h"
+#include "tinyllm/distributed/comm.h"
 
 namespace tinyllm::train {
 

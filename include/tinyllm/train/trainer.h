@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "tinyllm/dist/comm.h"
-#include "tinyllm/dist/zero.h"
+#include "tinyllm/distributed/comm.h"
+#include "tinyllm/distributed/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/lr_schedule.h"
@@ -127,7 +127,7 @@ struct TrainSummary {
   std::optional<double> best_val_loss;  // the lowest evaluated in this run
   std::vector<RankStats> ranks;         // the last step's
   std::string last_checkpoint;          // "" when none was saved
-  // The signal whose stop (dist/stop.h) ended the run early; 0: it ran to
+  // The signal whose stop (distributed/stop.h) ended the run early; 0: it ran to
   // the end.
   int stop_signal = 0;
 };

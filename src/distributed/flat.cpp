@@ -1,0 +1,291 @@
+#include "flat.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "../support/fnv1a.h"
+#include "tinyllm/tensor/deferred_init.h"
+#include "tinyllm/tensor/storage.h"
+
+namespace tinyllm::dist {
+namespace {
+
+// Calls fn(param, offset) for each parameter, with offset its first index
+// in the flat vector.
+template <class Fn>
+void for_each_segment(const std::vector<Tensor>& params, Fn fn) {
+  std::size_t offset = 0;
+  for (const Tensor& p : params) {
+    fn(p, offset);
+    offset += p.numel();
+  }
+}
+
+// Every shape, rank by dimension, hashed: equal lists hash equal.
+std::uint64_t shapes_hash(const std::vector<Tensor>& params) {
+  std::uint64_t h = detail::kFnv1aBasis;
+  const auto mix = [&h](std::uint64_t value) { h = detail::fnv1a(std::as_bytes(std::span(&value, 1)), h); };
+  for (const Tensor& p : params) {
+    mix(p.dim());
+    for (std::size_t d : p.shape()) mix(d);
+  }
+  return h;
+}
+
+// Which problem with the list, if any, is this rank's own.
+std::string list_problem(const std::vector<Tensor>& params) {
+  if (params.empty()) return "the parameter list must not be empty (got 0 tensors)";
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined()) return fmt::format("parameter {} must be defined (got an undefined tensor)", i);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (params[j].same(params[i])) {
+        return fmt::format("parameter {} must appear once (got the same tensor as parameter {})", i, j);
+      }
+    }
+  }
+  return {};
+}
+
+// Whether part lies inside whole's memory.
+bool lies_in(std::span<const double> part, const Storage& whole) {
+  const std::less<const double*> before;
+  return !part.empty() && !before(part.data(), whole.data()) && before(part.data(), whole.data() + whole.size());
+}
+
+// A view into whole becomes a buffer of its own, with the same values.
+void own_copy(Storage& s, const Storage& whole) {
+  if (!s.is_view() || !lies_in(s.span(), whole)) return;
+  Storage own(s.size());
+  std::copy(s.span().begin(), s.span().end(), own.data());
+  s = std::move(own);
+}
+
+std::string mode_name(double stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO stage {}", stage); }
+
+}  // namespace
+
+std::size_t flat_length(const std::vector<Tensor>& params) {
+  std::size_t n = 0;
+  for (const Tensor& p : params) n += p.numel();
+  return n;
+}
+
+void flatten_data(const std::vector<Tensor>& params, std::span<double> flat) {
+  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
+    std::copy(p.data().begin(), p.data().end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
+  });
+}
+
+void unflatten_data(std::span<const double> flat, const std::vector<Tensor>& params) {
+  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
+    const std::span<const double> segment = flat.subspan(offset, p.numel());
+    std::copy(segment.begin(), segment.end(), p.data().begin());
+  });
+}
+
+FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)) { allocate(); }
+
+FlatGrads::~FlatGrads() {
+  for (const Tensor& p : params_) {
+    TensorImpl& impl = p.impl();
+    if (lies_in(impl.grad_home, flat_)) impl.grad_home = {};
+    own_copy(impl.grad, flat_);
+  }
+}
+
+std::span<double> FlatGrads::adopt(std::size_t first, std::size_t last) {
+  allocate();
+  last = std::min(last, params_.size());
+  std::size_t begin = 0, end = 0;
+  for_each_segment(params_, [&](const Tensor& p, std::size_t offset) {
+    const std::size_t index = static_cast<std::size_t>(&p - params_.data());
+    if (index == first) begin = offset;
+    if (index < first || index >= last) return;
+    const std::span<double> segment = flat_.span().subspan(offset, p.numel());
+    end = offset + p.numel();
+    Storage& grad = p.impl().grad;
+    if (grad.data() == segment.data()) return;
+    if (grad.empty()) {
+      std::fill(segment.begin(), segment.end(), 0.0);
+    } else {
+      std::copy(grad.span().begin(), grad.span().end(), segment.begin());
+    }
+    grad = Storage::view(segment);
+  });
+  return flat_.span().subspan(begin, end - begin);
+}
+
+void FlatGrads::release() {
+  for (const Tensor& p : params_) {
+    TensorImpl& impl = p.impl();
+    if (lies_in(impl.grad_home, flat_)) impl.grad_home = {};
+    impl.grad = Storage();
+  }
+  flat_ = Storage();
+}
+
+void FlatGrads::allocate() {
+  if (!flat_.empty()) return;
+  flat_ = Storage(flat_length(params_));
+  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
+    p.impl().grad_home = flat_.span().subspan(offset, p.numel());
+  });
+}
+
+std::size_t FlatGrads::held() const {
+  std::size_t n = flat_.size();
+  for (const Tensor& p : params_) {
+    if (!lies_in(p.grad(), flat_)) n += p.grad().size();
+  }
+  return n;
+}
+
+FlatParams::FlatParams(std::vector<Tensor> params) : params_(std::move(params)) {
+  if (std::any_of(params_.begin(), params_.end(), [](const Tensor& p) { return is_deferred(p); })) return;
+  flat_ = Storage(flat_length(params_));
+  flatten_data(params_, flat_.span());
+  view_values();
+}
+
+FlatParams::~FlatParams() {
+  for (const Tensor& p : params_) own_copy(p.impl().data, flat_);
+}
+
+void FlatParams::release() {
+  for (const Tensor& p : params_) p.impl().data = Storage();
+  flat_ = Storage();
+}
+
+void FlatParams::allocate() {
+  flat_ = Storage(flat_length(params_));
+  view_values();
+}
+
+void FlatParams::view_values() {
+  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
+    p.impl().data = Storage::view(flat_.span().subspan(offset, p.numel()));
+  });
+}
+
+void init_chunk(const std::vector<Tensor>& params, std::size_t a, std::span<double> chunk) {
+  const std::size_t b = a + chunk.size();
+  for_each_segment(params, [&](const Tensor& p, std::size_t offset) {
+    const std::size_t first = std::max(a, offset), last = std::min(b, offset + p.numel());
+    if (first < last) initial_values(p, first - offset, chunk.subspan(first - a, last - first));
+    p.impl().deferred_init = nullptr;
+  });
+}
+
+void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char* who) {
+  std::uint64_t h = detail::kFnv1aBasis;
+  for (const Tensor& p : params) {
+    if (p.numel() == 0) continue;
+    double first = 0;
+    initial_values(p, 0, std::span(&first, 1));
+    h = detail::fnv1a(std::as_bytes(std::span(&first, 1)), h);
+  }
+  // In two exact 32-bit halves, as doubles travel.
+  const double mine[2] = {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffu)};
+  std::vector<double> all(2 * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(mine, all);
+  for (int q = 1; q < comm.size(); ++q) {
+    const std::size_t at = 2 * static_cast<std::size_t>(q);
+    if (all[at] != all[0] || all[at + 1] != all[1]) {
+      throw std::invalid_argument(
+          fmt::format("{}: {}: the deferred model of rank {} starts from other values than rank 0's (built with "
+                      "another seed, or read from another checkpoint?)",
+                      comm.who(), who, q));
+    }
+  }
+}
+
+void take_grads(const std::vector<Tensor>& params, std::size_t first, std::size_t last, std::span<double> flat) {
+  std::size_t offset = 0;
+  for (std::size_t i = first; i < last; ++i) {
+    const std::span<const double> grad = params[i].grad();
+    const std::span<double> segment = flat.subspan(offset, params[i].numel());
+    if (grad.empty()) {
+      std::fill(segment.begin(), segment.end(), 0.0);
+    } else {
+      std::copy(grad.begin(), grad.end(), segment.begin());
+    }
+    params[i].zero_grad();
+    offset += params[i].numel();
+  }
+}
+
+void broadcast_params(Comm& comm, const std::vector<Tensor>& params) {
+  Storage flat(flat_length(params));
+  flatten_data(params, flat.span());
+  comm.broadcast(flat.span(), 0);
+  unflatten_data(flat.span(), params);
+}
+
+void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int stage) {
+  // Rank by rank: its own problem (1 or 0), the stage, the tensor count,
+  // n, and the shapes' hash in two exact 32-bit halves.
+  constexpr std::size_t kFields = 6;
+  const std::string own_problem = list_problem(params);
+  const bool listed = own_problem.empty();
+  const std::uint64_t hash = listed ? shapes_hash(params) : 0;
+  const double mine[kFields] = {listed ? 0.0 : 1.0,
+                                static_cast<double>(stage),
+                                static_cast<double>(params.size()),
+                                listed ? static_cast<double>(flat_length(params)) : 0.0,
+                                static_cast<double>(hash >> 32),
+                                static_cast<double>(hash & 0xffffffffu)};
+  const int p = comm.size();
+  std::vector<double> all(kFields * static_cast<std::size_t>(p));
+  comm.all_gather(mine, all);
+
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("{}: {}: {}", comm.who(), who, what));
+  };
+  if (!listed) fail(own_problem);
+  const auto field = [&](int q, std::size_t f) { return all[kFields * static_cast<std::size_t>(q) + f]; };
+  for (int q = 0; q < p; ++q) {
+    if (field(q, 0) != 0) fail(fmt::format("rank {} has an invalid parameter list", q));
+  }
+  // Every rank against rank 0, field by field.
+  const auto differs = [&](int q, std::size_t f) { return field(q, f) != field(0, f); };
+  for (int q = 1; q < p; ++q) {
+    if (differs(q, 1)) {
+      fail(fmt::format("ranks disagree on the stage: rank {} runs {}, rank 0 {}", q, mode_name(field(q, 1)),
+                       mode_name(field(0, 1))));
+    }
+    if (differs(q, 2) || differs(q, 3)) {
+      fail(fmt::format("ranks disagree on the parameters: rank {} has {} tensors of {} values, rank 0 has {} of {}", q,
+                       field(q, 2), field(q, 3), field(0, 2), field(0, 3)));
+    }
+    if (differs(q, 4) || differs(q, 5)) {
+      fail(
+          fmt::format("ranks disagree on the parameter shapes: rank {}'s {} tensors of {} values are shaped unlike "
+                      "rank 0's",
+                      q, field(q, 2), field(q, 3)));
+    }
+  }
+}
+
+void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who) {
+  const bool has_grads =
+      reduced || std::any_of(params.begin(), params.end(), [](const Tensor& p) { return !p.grad().empty(); });
+  const double mine = has_grads ? 1.0 : 0.0;
+  std::vector<double> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather({&mine, 1}, all);
+  std::vector<int> missing;
+  for (int q = 0; q < comm.size(); ++q)
+    if (all[static_cast<std::size_t>(q)] == 0) missing.push_back(q);
+  if (!missing.empty()) {
+    throw std::invalid_argument(fmt::format("{}: {}: rank(s) {} have no gradients (call backward() before reducing)",
+                                            comm.who(), who, fmt::join(missing, ", ")));
+  }
+}
+
+}  // namespace tinyllm::dist
