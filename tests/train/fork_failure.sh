@@ -22,8 +22,9 @@ chmod 644 "$dir/corpus.txt"
 
 shm_segments() { find /dev/shm -maxdepth 1 -name 'tinyllm-*' 2>/dev/null | sort; }
 shm_before=$(shm_segments)
-# The parent and three ranks fit beside whatever nobody runs already.
-limit=$(($(ps -L -u nobody --no-headers 2>/dev/null | wc -l) + 4))
+# The parent and three ranks fit beside the threads nobody runs already
+# (RLIMIT_NPROC counts by real user).
+limit=$(($(ps -L -U nobody --no-headers 2>/dev/null | wc -l) + 4))
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 started=$(now_ms)
 out=$(OPENBLAS_NUM_THREADS=1 timeout 30 setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups \
