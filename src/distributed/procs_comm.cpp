@@ -181,7 +181,7 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
     if (child < 0) {
       const int error = errno;
       group.fail(r, detail::FailureKind::Runtime,
-                 fmt::format("rank {} could not be started: fork failed: {}", r, std::strerror(error)));
+                 fmt::format("could not be started: fork failed: {}", std::strerror(error)));
       break;
     }
     children[static_cast<std::size_t>(r)] = child;
