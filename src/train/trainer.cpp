@@ -58,24 +58,19 @@ std::string check_data(const TrainOptions& o, const std::string& path, const Che
   if (info.data && info.data->same_tokens(now)) return "";
   const std::string given =
       fmt::format("--data '{}' at --val-fraction {} gives {}", o.data, o.val_fraction, describe(now));
-  if (!info.data) {
-    const std::string problem = fmt::format(
-        "checkpoint '{}' holds no fingerprint of the corpus it was trained on (no data_tokens, data_fnv1a: an older "
-        "tinyllm wrote it), so {} cannot be checked against it",
-        path, given);
-    if (!o.allow_other_data) throw std::invalid_argument(problem + "; pass --allow-other-data to continue on it");
-    return problem + "; continuing on it (--allow-other-data)";
-  }
   const std::string problem =
-      fmt::format("checkpoint '{}' was trained on {} (the training part at --val-fraction {}), but {}", path,
-                  describe(*info.data), info.data->val_fraction, given);
+      info.data ? fmt::format("checkpoint '{}' was trained on {} (the training part at --val-fraction {}), but {}",
+                              path, describe(*info.data), info.data->val_fraction, given)
+                : fmt::format(
+                      "checkpoint '{}' holds no fingerprint of the corpus it was trained on (no data_tokens, "
+                      "data_fnv1a: an older tinyllm wrote it), so {} cannot be checked against it",
+                      path, given);
   if (!o.allow_other_data) {
     throw std::invalid_argument(
-        problem +
-        "; pass --data with the run's corpus (and its --val-fraction), or --allow-other-data to continue "
-        "on this one");
+        fmt::format("{}; pass {}--allow-other-data to continue on it", problem,
+                    info.data ? "--data with the run's corpus (and its --val-fraction), or " : ""));
   }
-  return problem + "; continuing on this one (--allow-other-data)";
+  return problem + "; continuing on it (--allow-other-data)";
 }
 
 // The checkpoint a run starts from, checked against the options. Returns

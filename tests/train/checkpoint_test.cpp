@@ -500,7 +500,7 @@ TEST(CheckpointTest, RefusesToResumeOnAnotherCorpusUnlessAllowed) {
       "at --val-fraction 0), but --data '",
       from, gpl.size(), fnv1a_hex(gpl.fnv1a()));
   const std::string hint =
-      "; pass --data with the run's corpus (and its --val-fraction), or --allow-other-data to continue on this one";
+      "; pass --data with the run's corpus (and its --val-fraction), or --allow-other-data to continue on it";
 
   const std::string other = dir / "other.txt";
   std::ofstream(other) << bytes_of(kDefaultCorpus).substr(0, 1000);
@@ -527,7 +527,7 @@ TEST(CheckpointTest, RefusesToResumeOnAnotherCorpusUnlessAllowed) {
   EXPECT_EQ(train(o, observer).steps_run, 3u);
   EXPECT_NE(observer.warning.find(trained_on + other + "' at --val-fraction 0 gives 1000 tokens"), std::string::npos)
       << observer.warning;
-  EXPECT_TRUE(observer.warning.ends_with("; continuing on this one (--allow-other-data)")) << observer.warning;
+  EXPECT_TRUE(observer.warning.ends_with("; continuing on it (--allow-other-data)")) << observer.warning;
   EXPECT_EQ(read_checkpoint_info(SafetensorsFile::open(checkpoint_path(o.save_dir, 6))).data->tokens, 1000u);
 
   // The run's own corpus: no warning.

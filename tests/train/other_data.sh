@@ -15,7 +15,7 @@ run=(--layers 1 --heads 2 --width 16 --seq 8 --batch 4)
 head -c 1000 /usr/share/common-licenses/GPL-3 >"$work/other.txt"
 ckpt="$work/a/step-00000002.safetensors"
 trained="checkpoint '$ckpt' was trained on [0-9]+ tokens with FNV-1a [0-9a-f]{16} \(the training part at --val-fraction 0\.1\), but --data"
-hint="; pass --data with the run's corpus \(and its --val-fraction\), or --allow-other-data to continue on this one$"
+hint="; pass --data with the run's corpus \(and its --val-fraction\), or --allow-other-data to continue on it$"
 
 out=$("$tinyllm" train --resume "$work/a" --data "$work/other.txt" --steps 3 --save "$work/a" 2>&1)
 [[ $? == 1 ]] || fail "another file: exit status not 1: $out"
@@ -29,7 +29,7 @@ grep -Eq "^tinyllm: error: $trained '/usr/share/common-licenses/GPL-3' at --val-
 
 out=$("$tinyllm" train --resume "$work/a" --data "$work/other.txt" --allow-other-data --steps 3 2>&1 >/dev/null)
 [[ $? == 0 ]] || fail "--allow-other-data: $out"
-[[ $(wc -l <<<"$out") == 1 ]] && grep -Eq "^tinyllm: warning: $trained '$work/other.txt' .*; continuing on this one \(--allow-other-data\)$" <<<"$out" ||
+[[ $(wc -l <<<"$out") == 1 ]] && grep -Eq "^tinyllm: warning: $trained '$work/other.txt' .*; continuing on it \(--allow-other-data\)$" <<<"$out" ||
   fail "--allow-other-data's warning: $out"
 out=$("$tinyllm" train --resume "$work/a" --steps 3 2>&1 >/dev/null)
 [[ $? == 0 && -z $out ]] || fail "the run's own corpus: $out"
