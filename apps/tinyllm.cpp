@@ -100,6 +100,7 @@ struct RunFlags {
   CLI::Option* seed = nullptr;
   CLI::Option* world = nullptr;
   CLI::Option* eval_every = nullptr;
+  CLI::Option* val_fraction = nullptr;
 };
 
 // The flags given as names, parsed once CLI11 is done so that a bad one
@@ -112,8 +113,9 @@ struct RunNames {
 RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   RunFlags flags{.model = add_model(app, o.model)};
   app.add_option("--data", o.data, "corpus file, one token per byte")->capture_default_str();
-  app.add_option("--val-fraction", o.val_fraction, "the corpus's last fraction of bytes, held out for validation")
-      ->capture_default_str();
+  flags.val_fraction =
+      app.add_option("--val-fraction", o.val_fraction, "the corpus's last fraction of bytes, held out for validation")
+          ->capture_default_str();
   flags.eval_every = add_integer(app, "--eval-every", o.eval_every,
                                  "the validation loss every this many steps and at the end (0: never)");
   add_integer(app, "--eval-batches", o.eval_batches, "validation batches of --batch windows each (0: every window)");
@@ -171,15 +173,17 @@ void adopt_mpirun_world(train::TrainOptions& o, const RunFlags& flags) {
 }
 
 // With --resume or --init, what the user left unsaid comes from the
-// checkpoint: the model's sizes, and for --resume the batch and seed.
+// checkpoint: the model's sizes, and for --resume the batch, the seed and
+// the validation split (where the checkpoint records it).
 void adopt_checkpoint(train::TrainOptions& o, const RunFlags& flags) {
-  const std::string& given = o.resume.empty() ? o.init : o.resume;
-  if (given.empty()) return;
-  const train::CheckpointInfo info =
-      train::read_checkpoint_info(train::SafetensorsFile::open(train::find_checkpoint(given)));
+  const std::string path = train::start_checkpoint(o);
+  if (path.empty()) return;
+  const train::CheckpointInfo info = train::read_checkpoint_info(train::SafetensorsFile::open(path));
   if (!flags.model.given()) o.model = info.config;
-  if (!o.resume.empty() && flags.batch->count() == 0) o.batch = info.batch;
-  if (!o.resume.empty() && flags.seed->count() == 0) o.seed = info.seed;
+  if (o.resume.empty()) return;
+  if (flags.batch->count() == 0) o.batch = info.batch;
+  if (flags.seed->count() == 0) o.seed = info.seed;
+  if (flags.val_fraction->count() == 0 && info.data) o.val_fraction = info.data->val_fraction;
 }
 
 // The update's settings: "lr 0.001 cosine (warmup 25 steps, down to 0.0001
@@ -200,6 +204,7 @@ class Printer final : public train::TrainObserver {
   explicit Printer(const train::TrainOptions& o) : options_(o) {}
 
   void on_start(const train::RunInfo& info) override {
+    if (!info.warning.empty()) fmt::print(stderr, "tinyllm: warning: {}\n", info.warning);
     // mpirun hands its ranks a terminal of its own even when its output goes to a file.
     live_ = isatty(STDOUT_FILENO) != 0 && info.backend != train::Backend::Mpi;
     fmt::print("tinyllm train: L={} H={} C={} T={}, {} parameters, on {} ({} windows), batch {}, steps {}..{}\n",
@@ -467,6 +472,8 @@ int main(int argc, char** argv) {
   train->add_flag("--overwrite", train_options.overwrite,
                   "save into a --save directory that holds checkpoints of another run, replacing them");
   train->add_option("--resume", train_options.resume, "continue from this checkpoint (or the latest in a directory)");
+  train->add_flag("--allow-other-data", train_options.allow_other_data,
+                  "resume even where --data (at --val-fraction) is not the corpus the checkpoint was trained on");
 
   train::TrainOptions verify_options;
   RunNames verify_names;
@@ -505,16 +512,16 @@ int main(int argc, char** argv) {
   try {
     if (train->parsed()) {
       parse_names(train_options, train_names);
-      check_eval(train_options, train_flags);
       adopt_mpirun_world(train_options, train_flags);
       adopt_checkpoint(train_options, train_flags);
+      check_eval(train_options, train_flags);
       return run_train(train_options);
     }
     if (verify->parsed()) {
       parse_names(verify_options, verify_names);
-      check_eval(verify_options, verify_flags);
       adopt_mpirun_world(verify_options, verify_flags);
       adopt_checkpoint(verify_options, verify_flags);
+      check_eval(verify_options, verify_flags);
       return run_verify(verify_options);
     }
     if (memory->parsed()) return run_memory(memory_config, memory_world);

@@ -20,19 +20,43 @@ namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "tinyllm-checkpoint-1";
 
-std::uint64_t read_number(const SafetensorsFile& file, const std::string& key) {
+const std::string& read_text(const SafetensorsFile& file, const std::string& key) {
   const auto it = file.metadata().find(key);
   if (it == file.metadata().end()) {
     throw std::invalid_argument(fmt::format("checkpoint '{}' lacks '{}' in its metadata", file.path(), key));
   }
+  return it->second;
+}
+
+std::uint64_t read_number(const SafetensorsFile& file, const std::string& key, int base = 10) {
   std::uint64_t value = 0;
-  const std::string& text = it->second;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const std::string& text = read_text(file, key);
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, base);
   if (error != std::errc{} || end != text.data() + text.size()) {
-    throw std::invalid_argument(
-        fmt::format("checkpoint '{}': metadata '{}' must be a whole number (got '{}')", file.path(), key, text));
+    throw std::invalid_argument(fmt::format("checkpoint '{}': metadata '{}' must be a whole number{} (got '{}')",
+                                            file.path(), key, base == 16 ? " in hex" : "", text));
   }
   return value;
+}
+
+double read_fraction(const SafetensorsFile& file, const std::string& key) {
+  double value = 0;
+  const std::string& text = read_text(file, key);
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || !(value >= 0 && value < 1)) {
+    throw std::invalid_argument(
+        fmt::format("checkpoint '{}': metadata '{}' must be a number in [0, 1) (got '{}')", file.path(), key, text));
+  }
+  return value;
+}
+
+// Checkpoints written before the fingerprint have none of its keys.
+std::optional<DataFingerprint> read_fingerprint(const SafetensorsFile& file) {
+  const Metadata& m = file.metadata();
+  if (!m.contains("data_tokens") && !m.contains("data_fnv1a") && !m.contains("val_fraction")) return std::nullopt;
+  return DataFingerprint{.tokens = read_number(file, "data_tokens"),
+                         .fnv1a = read_number(file, "data_fnv1a", 16),
+                         .val_fraction = read_fraction(file, "val_fraction")};
 }
 
 std::string shape_string(const std::vector<std::size_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -79,7 +103,11 @@ std::string checkpoint_path(const std::string& dir, std::size_t step) {
   return (fs::path(dir) / fmt::format("step-{:08}.safetensors", step)).string();
 }
 
-std::string find_checkpoint(const std::string& path_or_dir) {
+DataFingerprint fingerprint(const Corpus& train, double val_fraction) {
+  return {.tokens = train.size(), .fnv1a = train.fnv1a(), .val_fraction = val_fraction};
+}
+
+std::string find_checkpoint(const std::string& path_or_dir, const std::string& flag) {
   std::error_code error;
   if (!fs::is_directory(path_or_dir, error)) return path_or_dir;
   std::string latest;
@@ -90,7 +118,15 @@ std::string find_checkpoint(const std::string& path_or_dir) {
     }
   }
   if (latest.empty()) {
-    throw std::invalid_argument(fmt::format("no checkpoint (step-*.safetensors) in directory '{}'", path_or_dir));
+    // The best step is complete, but not where the run stopped: only by name.
+    const fs::path best = fs::path(path_or_dir) / kBestCheckpoint;
+    const std::string only_best =
+        fs::exists(best, error)
+            ? fmt::format(" (only {}, the step of the lowest validation loss; {} {} to start from it)", kBestCheckpoint,
+                          flag.empty() ? "name" : "pass " + flag, best.string())
+            : "";
+    throw std::invalid_argument(fmt::format("{}{}: the directory holds no step-*.safetensors checkpoint{}", flag,
+                                            flag.empty() ? "'" + path_or_dir + "'" : " " + path_or_dir, only_best));
   }
   return latest;
 }
@@ -132,7 +168,7 @@ std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model) {
 void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& replica, const CheckpointInfo& info,
                      SharedFiles shared) {
   const nn::GPTConfig& c = info.config;
-  const Metadata metadata = {
+  Metadata metadata = {
       {"format", kFormat},
       {"vocab_size", std::to_string(c.vocab_size)},
       {"block_size", std::to_string(c.block_size)},
@@ -145,6 +181,11 @@ void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& r
       {"world", std::to_string(info.world)},
       {"zero", std::to_string(info.zero)},
   };
+  if (info.data) {
+    metadata["data_tokens"] = std::to_string(info.data->tokens);
+    metadata["data_fnv1a"] = fmt::format("{:016x}", info.data->fnv1a);
+    metadata["val_fraction"] = fmt::format("{}", info.data->val_fraction);
+  }
   const std::vector<Piece> pieces = replica.pieces();
   write_safetensors(path, comm, checkpoint_tensors(replica.model()), metadata, pieces, shared);
 }
@@ -166,6 +207,7 @@ CheckpointInfo read_checkpoint_info(const SafetensorsFile& file) {
   info.seed = read_number(file, "seed");
   info.world = static_cast<int>(read_number(file, "world"));
   info.zero = static_cast<int>(read_number(file, "zero"));
+  info.data = read_fingerprint(file);
   check_shapes(file, info.config);
   try {
     info.config.check();

@@ -8,6 +8,8 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "../dist/fnv1a.h"
+
 namespace tinyllm::train {
 
 Corpus Corpus::load(const std::string& path) {
@@ -33,6 +35,15 @@ Corpus::Corpus(std::vector<int> tokens, std::string name) : tokens_(std::move(to
 std::size_t Corpus::num_windows(std::size_t seq) const {
   if (seq == 0) throw std::invalid_argument("Corpus: sequence length must be positive (got 0)");
   return tokens_.empty() ? 0 : (tokens_.size() - 1) / seq;
+}
+
+std::uint64_t Corpus::fnv1a() const {
+  std::uint64_t h = dist::kFnv1aBasis;
+  for (int token : tokens_) {
+    const auto byte = static_cast<std::byte>(token);
+    h = dist::fnv1a(std::span(&byte, 1), h);
+  }
+  return h;
 }
 
 Batch Corpus::batch(std::size_t step, std::size_t batch, std::size_t seq, int rank, int world) const {

@@ -106,10 +106,12 @@ void refuse_other_checkpoints(const TrainOptions& o) {
     if (is_checkpoint_name(name) && name > latest) latest = name;
   }
   if (latest.empty()) return;
+  // Without a step file, --resume DIR finds nothing: the best step is named.
+  const std::string resume = latest == kBestCheckpoint ? (fs::path(o.save_dir) / latest).string() : o.save_dir;
   throw std::invalid_argument(
       fmt::format("--save directory '{}' already holds checkpoints of another run ({}); pass --resume {} to continue "
                   "it, or --overwrite to replace them",
-                  o.save_dir, latest, o.save_dir));
+                  o.save_dir, latest, resume));
 }
 
 }  // namespace

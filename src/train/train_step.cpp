@@ -29,10 +29,10 @@ RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero) {
     if (zero > 0) deferred.emplace();
     model = std::make_shared<nn::GPT>(o.model, o.seed);
   }
-  const std::string& given = o.resume.empty() ? o.init : o.resume;
-  if (given.empty()) return {std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all), 0};
+  const std::string path = start_checkpoint(o);
+  if (path.empty()) return {std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all), 0};
   // The file stays open until the Replica has made its values from it.
-  const SafetensorsFile from = SafetensorsFile::open(find_checkpoint(given));
+  const SafetensorsFile from = SafetensorsFile::open(path);
   load_model(from, *model);
   RunStart start{std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all), 0};
   if (!o.resume.empty()) {

@@ -44,12 +44,42 @@ std::string describe(const nn::GPTConfig& c) {
                      c.block_size, c.vocab_size);
 }
 
-// The checkpoint a run starts from, checked against the options.
-std::optional<CheckpointInfo> check_start(const TrainOptions& o) {
+std::string describe(const DataFingerprint& d) {
+  return fmt::format("{} tokens with FNV-1a {:016x}", d.tokens, d.fnv1a);
+}
+
+// A resumed run goes on with docs/DESIGN.md's data order (section 4) on
+// the corpus it trained on: another file, or another --val-fraction's cut
+// of the same one, would train its remaining steps on other text. Returns
+// --allow-other-data's warning, or "".
+std::string check_data(const TrainOptions& o, const std::string& path, const CheckpointInfo& info,
+                       const Corpus& corpus) {
+  const DataFingerprint now = fingerprint(corpus, o.val_fraction);
+  if (info.data && info.data->same_tokens(now)) return "";
+  const std::string given =
+      fmt::format("--data '{}' at --val-fraction {} gives {}", o.data, o.val_fraction, describe(now));
+  const std::string problem =
+      info.data ? fmt::format("checkpoint '{}' was trained on {} (the training part at --val-fraction {}), but {}",
+                              path, describe(*info.data), info.data->val_fraction, given)
+                : fmt::format(
+                      "checkpoint '{}' holds no fingerprint of the corpus it was trained on (no data_tokens, "
+                      "data_fnv1a: an older tinyllm wrote it), so {} cannot be checked against it",
+                      path, given);
+  if (!o.allow_other_data) {
+    throw std::invalid_argument(
+        fmt::format("{}; pass {}--allow-other-data to continue on it", problem,
+                    info.data ? "--data with the run's corpus (and its --val-fraction), or " : ""));
+  }
+  return problem + "; continuing on it (--allow-other-data)";
+}
+
+// The checkpoint a run starts from, checked against the options. Returns
+// check_data's warning.
+std::string check_start(const TrainOptions& o, const Corpus& corpus) {
   if (!o.resume.empty() && !o.init.empty()) throw std::invalid_argument("--resume and --init exclude each other");
-  const std::string& given = o.resume.empty() ? o.init : o.resume;
-  if (given.empty()) return std::nullopt;
-  const SafetensorsFile file = SafetensorsFile::open(find_checkpoint(given));
+  const std::string path = start_checkpoint(o);
+  if (path.empty()) return "";
+  const SafetensorsFile file = SafetensorsFile::open(path);
   const CheckpointInfo info = read_checkpoint_info(file);
   const nn::GPTConfig& c = info.config;
   const nn::GPTConfig& m = o.model;
@@ -58,17 +88,19 @@ std::optional<CheckpointInfo> check_start(const TrainOptions& o) {
     throw std::invalid_argument(
         fmt::format("checkpoint '{}' holds a model of {}, the run asks for {}", file.path(), describe(c), describe(m)));
   }
-  if (!o.resume.empty() && info.batch != o.batch) {
+  // --init starts a new run, on whatever corpus it is given.
+  if (o.resume.empty()) return "";
+  if (info.batch != o.batch) {
     throw std::invalid_argument(
         fmt::format("checkpoint '{}' was trained with --batch {}; resuming with --batch {} would change the data "
                     "order (docs/DESIGN.md section 4 cuts step s at windows s·B)",
                     file.path(), info.batch, o.batch));
   }
-  if (!o.resume.empty() && info.step > o.steps) {
+  if (info.step > o.steps) {
     throw std::invalid_argument(
         fmt::format("checkpoint '{}' is at step {}, past --steps {}", file.path(), info.step, o.steps));
   }
-  return info;
+  return check_data(o, file.path(), info, corpus);
 }
 
 void check_writable_dir(const std::string& dir) {
@@ -121,7 +153,8 @@ void check_optimizer(const TrainOptions& o) {
   check_in("--eps", o.adamw.eps, 0, 1, "]");
 }
 
-void check_options(const TrainOptions& o, const Corpus& corpus) {
+// Returns the warning the run's start prints, or "".
+std::string check_options(const TrainOptions& o, const Corpus& corpus) {
   check_optimizer(o);
   o.model.check();
   optim::AdamW::factory(o.adamw);
@@ -142,12 +175,13 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
   }
   if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
-  check_start(o);
+  const std::string warning = check_start(o, corpus);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
   check_metrics_is_not_data(o.metrics, o.data);
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
     throw std::invalid_argument(fmt::format("--metrics file '{}' cannot be written", o.metrics));
   }
+  return warning;
 }
 
 // Flushed each step, so that a full disk is reported at the step it fills
@@ -285,8 +319,8 @@ std::size_t num_val_windows(const TrainOptions& o, const Corpus& val) {
 
 // One rank's run: the start, then each step, its evaluation when due, the
 // reports and the checkpoints.
-void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, const Corpus& val, TrainObserver& observer,
-              SummarySink& sink) {
+void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, const Corpus& val,
+              const std::string& warning, TrainObserver& observer, SummarySink& sink) {
   const int p = comm.size(), r = comm.rank();
   check_batch(o.batch, p, o.grad_accum);  // under mpi, the world is known only now
   const RunStart start = start_run(o, comm, o.zero);
@@ -303,14 +337,17 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                        .num_windows = corpus.num_windows(T),
                        .num_val_windows = num_val_windows(o, val),
                        .corpus = corpus.name(),
-                       .val_corpus = val.name()});
+                       .val_corpus = val.name(),
+                       .warning = warning});
     if (!o.metrics.empty()) metrics.open(o.metrics, std::ios::trunc);
   }
   // Collective: the checkpoint of the run after steps_taken steps.
+  const DataFingerprint data = fingerprint(corpus, o.val_fraction);
   const auto save = [&](const std::string& path, std::size_t steps_taken) {
-    save_checkpoint(path, comm, replica,
-                    {.config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero},
-                    o.shared_files);
+    save_checkpoint(
+        path, comm, replica,
+        {.config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero, .data = data},
+        o.shared_files);
     if (r == 0) observer.on_checkpoint(path, steps_taken);
   };
   TrainSummary summary;
@@ -400,18 +437,23 @@ optim::LRSchedule lr_schedule(const TrainOptions& options) {
                             .min_lr = options.min_lr.value_or(options.adamw.lr / 10)});
 }
 
+std::string start_checkpoint(const TrainOptions& options) {
+  if (!options.resume.empty()) return find_checkpoint(options.resume, "--resume");
+  return options.init.empty() ? "" : find_checkpoint(options.init, "--init");
+}
+
 std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options) {
   return Corpus::load(options.data).split(options.val_fraction, options.model.block_size);
 }
 
 TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
   const auto [corpus, val] = load_corpora(options);
-  check_options(options, corpus);
+  const std::string warning = check_options(options, corpus);
   const Backend backend = resolve_backend(options.backend, options.world);
   const SaveDir save_dir(options, backend);  // held until every rank is done
   SummarySink sink(backend == Backend::Procs, options.world);
   launch(
-      backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, val, observer, sink); },
+      backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, val, warning, observer, sink); },
       comm_options(options));
   TrainSummary summary = sink.load();
   if (!options.save_dir.empty() && (summary.steps_run > 0 || options.steps == 0))

@@ -220,7 +220,8 @@ TEST(CheckpointTest, LatestInADirectoryIsFound) {
   const testing::ScratchDir dir("tinyllm-ckpt-latest");
   train(saving_run(dir, "a", 1, 0));
   EXPECT_EQ(find_checkpoint(dir / "a"), checkpoint_path(dir / "a", 6));
-  EXPECT_THROW_WITH(find_checkpoint(dir.path().string()), std::invalid_argument, "no checkpoint (step-*.safetensors)");
+  EXPECT_THROW_WITH(find_checkpoint(dir.path().string()), std::invalid_argument,
+                    "'" + dir.path().string() + "': the directory holds no step-*.safetensors checkpoint");
 }
 
 TEST(CheckpointTest, DiffNamesTheLargestDifferenceOfEachRegion) {
@@ -472,6 +473,140 @@ TEST(CheckpointTest, RefusesSizesTheTensorsDoNotHave) {
   edited({{"n_layer", "100000000"}});
   o.model.n_layer = 100000000;
   EXPECT_THROW_WITH(train(o), std::invalid_argument, "n_layer 100000000 needs");
+}
+
+// The warning the run's start carries (RunInfo::warning).
+struct WarningObserver final : TrainObserver {
+  void on_start(const RunInfo& info) override { warning = info.warning; }
+  std::string warning = "none seen";
+};
+
+std::string fnv1a_hex(std::uint64_t h) { return fmt::format("{:016x}", h); }
+
+// A resumed run continues the data order on its own corpus: another file,
+// or another --val-fraction's cut of the same one, is refused naming both
+// fingerprints, and nothing is written, unless --allow-other-data.
+TEST(CheckpointTest, RefusesToResumeOnAnotherCorpusUnlessAllowed) {
+  const testing::ScratchDir dir("tinyllm-ckpt-fingerprint");
+  train(saving_run(dir, "a", 1, 0));
+  const std::string from = checkpoint_path(dir / "a", 3);
+  const Corpus gpl = Corpus::load(kDefaultCorpus);
+  const SafetensorsFile file = SafetensorsFile::open(from);
+  EXPECT_EQ(file.metadata().at("data_tokens"), std::to_string(gpl.size()));
+  EXPECT_EQ(file.metadata().at("data_fnv1a"), fnv1a_hex(gpl.fnv1a()));
+  EXPECT_EQ(file.metadata().at("val_fraction"), "0");
+  const std::string trained_on = fmt::format(
+      "checkpoint '{}' was trained on {} tokens with FNV-1a {} (the training part "
+      "at --val-fraction 0), but --data '",
+      from, gpl.size(), fnv1a_hex(gpl.fnv1a()));
+  const std::string hint =
+      "; pass --data with the run's corpus (and its --val-fraction), or --allow-other-data to continue on it";
+
+  const std::string other = dir / "other.txt";
+  std::ofstream(other) << bytes_of(kDefaultCorpus).substr(0, 1000);
+  TrainOptions o = saving_run(dir, "b", 1, 0);
+  o.resume = from;
+  o.data = other;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    fmt::format("{}{}' at --val-fraction 0 gives 1000 tokens with FNV-1a {}{}", trained_on, other,
+                                fnv1a_hex(Corpus::load(other).fnv1a()), hint));
+  // The same file cut at another fraction trains on other tokens too.
+  o.data = kDefaultCorpus;
+  o.val_fraction = 0.25;
+  const Corpus cut = gpl.split(0.25, o.model.block_size).first;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    fmt::format("{}{}' at --val-fraction 0.25 gives {} tokens with FNV-1a {}{}", trained_on,
+                                kDefaultCorpus, cut.size(), fnv1a_hex(cut.fnv1a()), hint));
+  EXPECT_FALSE(std::filesystem::exists(o.save_dir));
+
+  // Allowed: a warning, and the run's checkpoints record the corpus it now trains on.
+  o.data = other;
+  o.val_fraction = 0;
+  o.allow_other_data = true;
+  WarningObserver observer;
+  EXPECT_EQ(train(o, observer).steps_run, 3u);
+  EXPECT_NE(observer.warning.find(trained_on + other + "' at --val-fraction 0 gives 1000 tokens"), std::string::npos)
+      << observer.warning;
+  EXPECT_TRUE(observer.warning.ends_with("; continuing on it (--allow-other-data)")) << observer.warning;
+  EXPECT_EQ(read_checkpoint_info(SafetensorsFile::open(checkpoint_path(o.save_dir, 6))).data->tokens, 1000u);
+
+  // The run's own corpus: no warning.
+  o = saving_run(dir, "c", 1, 0);
+  o.resume = from;
+  train(o, observer);
+  EXPECT_EQ(observer.warning, "");
+}
+
+// A checkpoint of a tinyllm before the fingerprint cannot be checked:
+// refused, naming what is missing and the flag that accepts it.
+TEST(CheckpointTest, AResumeFromACheckpointWithoutAFingerprintNeedsAllowOtherData) {
+  const testing::ScratchDir dir("tinyllm-ckpt-no-fingerprint");
+  train(saving_run(dir, "a", 1, 0));
+  const SafetensorsFile good = SafetensorsFile::open(checkpoint_path(dir / "a", 3));
+  Metadata metadata = good.metadata();
+  for (const char* key : {"checksum", "data_tokens", "data_fnv1a", "val_fraction"}) metadata.erase(key);
+  const std::string old = dir / "old.safetensors";
+  write_safetensors(old, good.tensors(), metadata, testing::read_all(good.path()));
+  EXPECT_FALSE(read_checkpoint_info(SafetensorsFile::open(old)).data);
+
+  TrainOptions o = saving_run(dir, "b", 1, 0);
+  o.resume = old;
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    "checkpoint '" + old +
+                        "' holds no fingerprint of the corpus it was trained on (no data_tokens, data_fnv1a: an older "
+                        "tinyllm wrote it), so --data '" +
+                        kDefaultCorpus + "' at --val-fraction 0 gives ");
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    "cannot be checked against it; pass --allow-other-data to continue on it");
+  EXPECT_FALSE(std::filesystem::exists(o.save_dir));
+  o.allow_other_data = true;
+  WarningObserver observer;
+  train(o, observer);
+  EXPECT_TRUE(observer.warning.ends_with("; continuing on it (--allow-other-data)")) << observer.warning;
+  // It resumed: its step 6 is the uninterrupted run's, but for the fingerprint it now records.
+  EXPECT_EQ(testing::read_all(checkpoint_path(o.save_dir, 6)), testing::read_all(checkpoint_path(dir / "a", 6)));
+
+  // One key of the fingerprint without the others is a damaged header, not an old one.
+  metadata["data_tokens"] = "12";
+  write_safetensors(old, good.tensors(), metadata, testing::read_all(good.path()));
+  EXPECT_THROW_WITH(read_checkpoint_info(SafetensorsFile::open(old)), std::invalid_argument, "lacks 'data_fnv1a'");
+  metadata["data_fnv1a"] = "xyz";
+  write_safetensors(old, good.tensors(), metadata, testing::read_all(good.path()));
+  EXPECT_THROW_WITH(read_checkpoint_info(SafetensorsFile::open(old)), std::invalid_argument,
+                    "metadata 'data_fnv1a' must be a whole number in hex (got 'xyz')");
+}
+
+// A directory holding only best.safetensors (a run stopped before its
+// first step file, or one whose step files were removed): another run's
+// checkpoint to a new run, and no step to resume from the directory, each
+// message naming the file that does continue it.
+TEST(CheckpointTest, ADirectoryOfOnlyTheBestStepNamesIt) {
+  const testing::ScratchDir dir("tinyllm-ckpt-only-best");
+  train(saving_run(dir, "a", 1, 0));
+  TrainOptions o = saving_run(dir, "b", 1, 0);
+  std::filesystem::create_directories(o.save_dir);
+  const std::string best = dir / "b/best.safetensors";
+  std::filesystem::copy_file(checkpoint_path(dir / "a", 3), best);
+  EXPECT_THROW_WITH(train(o), std::invalid_argument,
+                    "--save directory '" + o.save_dir +
+                        "' already holds checkpoints of another run (best.safetensors); pass --resume " + best +
+                        " to continue it, or --overwrite to replace them");
+  o.resume = o.save_dir;
+  EXPECT_THROW_WITH(
+      train(o), std::invalid_argument,
+      "--resume " + o.save_dir +
+          ": the directory holds no step-*.safetensors checkpoint (only best.safetensors, the step of the "
+          "lowest validation loss; pass --resume " +
+          best + " to start from it)");
+  EXPECT_THROW_WITH(find_checkpoint(o.save_dir), std::invalid_argument,
+                    "'" + o.save_dir +
+                        "': the directory holds no step-*.safetensors checkpoint (only best.safetensors, "
+                        "the step of the lowest validation loss; name " +
+                        best + " to start from it)");
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_path(o.save_dir, 6)));
+  o.resume = best;
+  EXPECT_EQ(train(o).steps_run, 3u);
+  EXPECT_EQ(bytes_of(checkpoint_path(o.save_dir, 6)), bytes_of(checkpoint_path(dir / "a", 6)));
 }
 
 }  // namespace

@@ -18,6 +18,13 @@ Corpus counting(std::size_t n) {
   return Corpus(tokens);
 }
 
+// FNV-1a 64 of the bytes "a" and "foobar": the published test vectors.
+TEST(CorpusTest, Fnv1aIsOfTheTokensAsBytes) {
+  EXPECT_EQ(Corpus({'a'}).fnv1a(), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(Corpus({'f', 'o', 'o', 'b', 'a', 'r'}).fnv1a(), 0x85944171f73967e8ull);
+  EXPECT_NE(Corpus({'a', 'b'}).fnv1a(), Corpus({'b', 'a'}).fnv1a());
+}
+
 TEST(CorpusTest, WindowsFollowTheDesignOrder) {
   // N = 11, T = 3: W = 3 windows starting at 0, 3, 6.
   Corpus corpus = counting(11);

@@ -3,8 +3,8 @@
 // parameters() order), then every "<name>.exp_avg", then every
 // "<name>.exp_avg_sq": three flat vectors of n values, so each rank writes
 // its chunk of each at its offset. The metadata holds the model's sizes,
-// the step (optimizer steps taken, which is also the data position) and
-// the run's settings. Written collectively and atomically (safetensors.h);
+// the step (optimizer steps taken, which is also the data position), the
+// run's settings and a fingerprint of the corpus it trained on. Written collectively and atomically (safetensors.h);
 // loads at any world size and stage.
 #pragma once
 
@@ -12,11 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/nn/gpt.h"
+#include "tinyllm/train/data.h"
 #include "tinyllm/train/safetensors.h"
 
 namespace tinyllm::train {
@@ -27,6 +29,19 @@ class Replica;
 enum class Region { Params = 0, ExpAvg = 1, ExpAvgSq = 2 };
 inline constexpr int kNumRegions = 3;
 
+// The corpus a run trained on: the training part of its --data
+// (Corpus::split), so that a resumed run can tell another file, or another
+// --val-fraction's cut of the same one, from its own.
+struct DataFingerprint {
+  std::size_t tokens = 0;   // of the training part
+  std::uint64_t fnv1a = 0;  // Corpus::fnv1a of the training part
+  double val_fraction = 0;  // the split it was cut with, to explain a difference
+  // The same training tokens: val_fraction only says how they were cut.
+  bool same_tokens(const DataFingerprint& other) const { return tokens == other.tokens && fnv1a == other.fnv1a; }
+};
+
+DataFingerprint fingerprint(const Corpus& train, double val_fraction);
+
 struct CheckpointInfo {
   nn::GPTConfig config;
   std::size_t step = 0;   // optimizer steps taken; the run resumes at this step of the data order
@@ -34,13 +49,20 @@ struct CheckpointInfo {
   std::uint64_t seed = 0;
   int world = 1;  // where it was written (for the record; it loads anywhere)
   int zero = 0;
+  // Absent in the checkpoints of tinyllm versions before it was recorded.
+  std::optional<DataFingerprint> data;
 };
+
+// The checkpoint of the lowest validation loss in --save: resuming from
+// the directory takes the latest step-*.safetensors, never this one.
+inline constexpr const char* kBestCheckpoint = "best.safetensors";
 
 // "<dir>/step-00000100.safetensors".
 std::string checkpoint_path(const std::string& dir, std::size_t step);
 // A checkpoint file as given, or the latest step-*.safetensors of a
-// directory. std::invalid_argument when there is none.
-std::string find_checkpoint(const std::string& path_or_dir);
+// directory. std::invalid_argument when there is none, naming `flag` (the
+// option that gave the directory, if any) and a kBestCheckpoint it holds.
+std::string find_checkpoint(const std::string& path_or_dir, const std::string& flag = "");
 
 // Removes what a save killed mid-write (SIGKILL, a crash) left in dir: the
 // writer's temporary files, "<name>.safetensors.<16 hex digits>.tmp", and

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,9 @@ class Corpus {
   std::size_t size() const { return tokens_.size(); }
   const std::string& name() const { return name_; }
   std::size_t num_windows(std::size_t seq) const;  // W
+  // FNV-1a (64 bits) of the tokens, each as the byte it is: of the file's
+  // first size() bytes for a loaded corpus or its training part.
+  std::uint64_t fnv1a() const;
 
   // This rank's rows of step `step`'s global batch of `batch` windows.
   Batch batch(std::size_t step, std::size_t batch, std::size_t seq, int rank = 0, int world = 1) const;

@@ -20,6 +20,7 @@
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/lr_schedule.h"
+#include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/launch.h"
 #include "tinyllm/train/replica.h"
@@ -77,6 +78,9 @@ struct TrainOptions {
   bool overwrite = false;      // save even where save_dir holds checkpoints the run does not resume
   std::string resume;          // checkpoint (or directory of them) to continue from: weights, optimizer, step
   std::string init;            // checkpoint whose weights start a fresh run
+  // Resume even where the checkpoint's corpus fingerprint (DataFingerprint)
+  // differs from data's training part, or is missing: with a warning.
+  bool allow_other_data = false;
   SharedFiles shared_files = SharedFiles::Auto;  // how ranks write checkpoints (safetensors.h)
 };
 
@@ -111,6 +115,7 @@ struct RunInfo {
   std::size_t num_val_windows = 0;  // the validation windows evaluated (0: no evaluation)
   std::string corpus;
   std::string val_corpus;  // the validation part's name
+  std::string warning;     // what the run accepted but the user should know ("" for none): --allow-other-data's
 };
 
 struct TrainSummary {
@@ -145,13 +150,13 @@ class TrainObserver {
   virtual void after_step(dist::Comm& /*comm*/, Replica& /*replica*/, std::size_t /*step*/, double /*loss*/) {}
 };
 
-// The checkpoint of the lowest validation loss in --save: resuming from
-// the directory takes the latest step-*.safetensors, never this one.
-inline constexpr const char* kBestCheckpoint = "best.safetensors";
-
 // The corpus the options train on and the one they validate on
 // (Corpus::split); std::invalid_argument for a bad file or fraction.
 std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options);
+
+// The checkpoint --resume (or else --init) names: the file, or its
+// directory's latest (find_checkpoint); "" for neither.
+std::string start_checkpoint(const TrainOptions& options);
 
 // The schedule of the options' run, its defaults filled in:
 // std::invalid_argument as optim::LRSchedule for bad values.
