@@ -80,8 +80,6 @@ struct Parameters {
 using ParametersPayload =
     Payload<Parameters, [](auto& s, auto& io) { io(s.invalid, s.stage, s.tensors, s.values, s.shapes_hash); }>;
 
-using WordPayload = Payload<std::uint64_t, [](auto& word, auto& io) { io(word); }>;
-
 }  // namespace
 
 std::size_t flat_length(const std::vector<Tensor>& params) {
@@ -204,7 +202,7 @@ void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char*
     initial_values(p, 0, std::span(&first, 1));
     h = fnv1a(std::as_bytes(std::span(&first, 1)), h);
   }
-  const std::vector<std::uint64_t> all = WordPayload::all_gather(comm, h);
+  const std::vector<std::uint64_t> all = SinglePayload<std::uint64_t>::all_gather(comm, h);
   for (int q = 1; q < comm.size(); ++q) {
     if (all[static_cast<std::size_t>(q)] != all[0]) {
       throw std::invalid_argument(
@@ -278,12 +276,10 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
 void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who) {
   const bool has_grads =
       reduced || std::any_of(params.begin(), params.end(), [](const Tensor& p) { return !p.grad().empty(); });
-  const double mine = has_grads ? 1.0 : 0.0;
-  std::vector<double> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather({&mine, 1}, all);
-  std::vector<int> missing;
-  for (int q = 0; q < comm.size(); ++q)
-    if (all[static_cast<std::size_t>(q)] == 0) missing.push_back(q);
+  const std::vector<bool> all = SinglePayload<bool>::all_gather(comm, has_grads);
+  std::vector<std::size_t> missing;
+  for (std::size_t q = 0; q < all.size(); ++q)
+    if (!all[q]) missing.push_back(q);
   if (!missing.empty()) {
     throw std::invalid_argument(fmt::format("{}: {}: rank(s) {} have no gradients (call backward() before reducing)",
                                             comm.who(), who, fmt::join(missing, ", ")));

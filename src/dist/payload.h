@@ -10,6 +10,7 @@
 // every value; bool and the integers up to 32 bits take one double, a
 // std::optional<double> one too (NaN for none).
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -40,7 +41,8 @@ class Payload {
     for (const T& t : values) Fields(t, put_all);
     return out;
   }
-  static std::vector<double> pack(const T& value) { return pack(std::span(&value, 1)); }
+  // Exactly a T: an array of bools would convert to a bool.
+  static std::vector<double> pack(const std::same_as<T> auto& value) { return pack(std::span(&value, 1)); }
   // The Ts whose doubles in holds, end to end.
   static std::vector<T> unpack(std::span<const double> in) {
     std::vector<T> out;
@@ -60,7 +62,9 @@ class Payload {
     comm.all_gather(part, all);
     return unpack(all);
   }
-  static std::vector<T> all_gather(Comm& comm, const T& mine) { return all_gather(comm, std::span(&mine, 1)); }
+  static std::vector<T> all_gather(Comm& comm, const std::same_as<T> auto& mine) {
+    return all_gather(comm, std::span(&mine, 1));
+  }
   // root's value, on every rank.
   static T broadcast(Comm& comm, const T& value, int root) {
     std::vector<double> buf = pack(value);
@@ -102,5 +106,12 @@ class Payload {
     in = in.subspan(width<F>());
   }
 };
+
+// One value as a payload (a flag, a hash).
+struct Itself {
+  void operator()(auto& value, auto& io) const { io(value); }
+};
+template <class T>
+using SinglePayload = Payload<T, Itself{}>;
 
 }  // namespace tinyllm::dist

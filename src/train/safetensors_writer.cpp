@@ -104,7 +104,6 @@ class FileSizeSignalBlocked {
 struct Span {
   std::size_t offset = 0, size = 0;
 };
-using FlagPayload = dist::Payload<bool, [](auto& flag, auto& io) { io(flag); }>;
 using SpanPayload = dist::Payload<Span, [](auto& s, auto& io) { io(s.offset, s.size); }>;
 
 // What every rank checks of the others' arguments before any writes.
@@ -228,7 +227,7 @@ class Writer {
         failure_.note(kWrite, write_all(temp_.fd, layout_.header.data(), layout_.header.size(), 0));
       }
     }
-    const Outcome created = OutcomePayload::broadcast(comm_, {failure_, nonce}, 0);
+    const Outcome created = OutcomePayload::broadcast(comm_, Outcome{failure_, nonce}, 0);
     nonce_ = created.value;
     temp_path_ = temp_name(nonce_);
     if (created.failure) fail(0, created.failure);
@@ -248,7 +247,7 @@ class Writer {
       sees = temp_.fd >= 0 && read_all(temp_.fd, digits.data(), kDigits, kChecksumAt) == 0 &&
              std::string_view(digits.data(), kDigits) == hex(nonce_);
     }
-    const std::vector<bool> seen = FlagPayload::all_gather(comm_, sees);
+    const std::vector<bool> seen = dist::SinglePayload<bool>::all_gather(comm_, sees);
     direct_ = std::find(seen.begin(), seen.end(), false) == seen.end();
     if (!direct_ && shared_ == SharedFiles::Yes) {
       const auto q = std::find(seen.begin(), seen.end(), false) - seen.begin();
@@ -309,7 +308,7 @@ class Writer {
 
   // 5. Vote, and add up the checksum (integers: any order gives the same).
   std::uint64_t vote(std::uint64_t partial) {
-    const std::vector<Outcome> votes = OutcomePayload::all_gather(comm_, {failure_, partial});
+    const std::vector<Outcome> votes = OutcomePayload::all_gather(comm_, Outcome{failure_, partial});
     std::uint64_t sum = 0;
     for (std::size_t q = 0; q < votes.size(); ++q) {
       if (votes[q].failure) fail(static_cast<int>(q), votes[q].failure);
@@ -338,7 +337,7 @@ class Writer {
         if (fd >= 0) ::close(fd);
       }
     }
-    const Failure done = OutcomePayload::broadcast(comm_, {failure_}, 0).failure;
+    const Failure done = OutcomePayload::broadcast(comm_, Outcome{failure_}, 0).failure;
     temp_.renamed = !done || done.step == kSyncDirectory;
     if (done) fail(0, done);
   }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -58,9 +57,7 @@ class VerifyObserver final : public TrainObserver {
       mine.push_back(replica.full(region));
       h = dist::fnv1a(std::as_bytes(std::span(mine.back())), h);
     }
-    std::vector<double> hashes(static_cast<std::size_t>(comm.size()));
-    const double own = std::bit_cast<double>(h);
-    comm.all_gather({&own, 1}, hashes);
+    const std::vector<std::uint64_t> hashes = dist::SinglePayload<std::uint64_t>::all_gather(comm, h);
 
     // Rank 0: the one-process step, then the differences, sent to every
     // rank so that all agree on the verdict.
@@ -91,15 +88,14 @@ class VerifyObserver final : public TrainObserver {
   // Rank 0 alone: this step's differences from the one-process step, and
   // the first failure so far (kept in failure_, as the ranks may be threads).
   Verdict judge(std::size_t step, double loss, const std::vector<std::vector<double>>& mine,
-                const std::vector<double>& hashes, std::uint64_t h) {
+                const std::vector<std::uint64_t>& hashes, std::uint64_t h) {
     const double reference_loss = reference_step(step);
     Verdict verdict = failure_;
     verdict.now = {.loss_diff = std::abs(loss - reference_loss),
                    .params_diff = max_abs_diff(mine[0], reference_->full(Region::Params)),
                    .exp_avg_diff = max_abs_diff(mine[1], reference_->full(Region::ExpAvg)),
                    .exp_avg_sq_diff = max_abs_diff(mine[2], reference_->full(Region::ExpAvgSq)),
-                   .same_bits = std::all_of(hashes.begin(), hashes.end(),
-                                            [h](double q) { return std::bit_cast<std::uint64_t>(q) == h; })};
+                   .same_bits = std::all_of(hashes.begin(), hashes.end(), [h](std::uint64_t q) { return q == h; })};
     const double worst = verdict.now.worst();
     if (!verdict.failed && (!(worst <= tolerance_) || !verdict.now.same_bits)) {
       verdict.failed = true;

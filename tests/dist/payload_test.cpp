@@ -42,6 +42,14 @@ TEST(PayloadTest, RoundTripKeepsEveryFieldExactly) {
   EXPECT_EQ(FieldsPayload::unpack(doubles), both);
 }
 
+TEST(PayloadTest, ASingleValueIsItsOwnPayload) {
+  const bool flags[] = {true, false, true};
+  EXPECT_EQ(SinglePayload<bool>::unpack(SinglePayload<bool>::pack(flags)), (std::vector<bool>{true, false, true}));
+  const std::uint64_t word = std::numeric_limits<std::uint64_t>::max() - 1;
+  EXPECT_EQ(SinglePayload<std::uint64_t>::unpack(SinglePayload<std::uint64_t>::pack(word)),
+            std::vector<std::uint64_t>{word});
+}
+
 TEST(PayloadTest, AllGatherAndBroadcastCarryEachRanksStruct) {
   std::mutex mutex;
   std::vector<std::vector<Fields>> gathered(3);
