@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "../support/fnv1a.h"
+#include "payload.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/storage.h"
 
@@ -67,7 +68,17 @@ void own_copy(Storage& s, const Storage& whole) {
   s = std::move(own);
 }
 
-std::string mode_name(double stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO stage {}", stage); }
+std::string mode_name(int stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO stage {}", stage); }
+
+// What every rank checks of every other's parameter list.
+struct Parameters {
+  bool invalid = false;  // its own problem, which that rank reports
+  int stage = 0;
+  std::size_t tensors = 0, values = 0;
+  std::uint64_t shapes_hash = 0;
+};
+using ParametersPayload =
+    Payload<Parameters, [](auto& s, auto& io) { io(s.invalid, s.stage, s.tensors, s.values, s.shapes_hash); }>;
 
 }  // namespace
 
@@ -191,13 +202,9 @@ void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char*
     initial_values(p, 0, std::span(&first, 1));
     h = detail::fnv1a(std::as_bytes(std::span(&first, 1)), h);
   }
-  // In two exact 32-bit halves, as doubles travel.
-  const double mine[2] = {static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffu)};
-  std::vector<double> all(2 * static_cast<std::size_t>(comm.size()));
-  comm.all_gather(mine, all);
+  const std::vector<std::uint64_t> all = SinglePayload<std::uint64_t>::all_gather(comm, h);
   for (int q = 1; q < comm.size(); ++q) {
-    const std::size_t at = 2 * static_cast<std::size_t>(q);
-    if (all[at] != all[0] || all[at + 1] != all[1]) {
+    if (all[static_cast<std::size_t>(q)] != all[0]) {
       throw std::invalid_argument(
           fmt::format("{}: {}: the deferred model of rank {} starts from other values than rank 0's (built with "
                       "another seed, or read from another checkpoint?)",
@@ -229,46 +236,39 @@ void broadcast_params(Comm& comm, const std::vector<Tensor>& params) {
 }
 
 void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int stage) {
-  // Rank by rank: its own problem (1 or 0), the stage, the tensor count,
-  // n, and the shapes' hash in two exact 32-bit halves.
-  constexpr std::size_t kFields = 6;
   const std::string own_problem = list_problem(params);
   const bool listed = own_problem.empty();
-  const std::uint64_t hash = listed ? shapes_hash(params) : 0;
-  const double mine[kFields] = {listed ? 0.0 : 1.0,
-                                static_cast<double>(stage),
-                                static_cast<double>(params.size()),
-                                listed ? static_cast<double>(flat_length(params)) : 0.0,
-                                static_cast<double>(hash >> 32),
-                                static_cast<double>(hash & 0xffffffffu)};
-  const int p = comm.size();
-  std::vector<double> all(kFields * static_cast<std::size_t>(p));
-  comm.all_gather(mine, all);
+  const Parameters mine{.invalid = !listed,
+                        .stage = stage,
+                        .tensors = params.size(),
+                        .values = listed ? flat_length(params) : 0,
+                        .shapes_hash = listed ? shapes_hash(params) : 0};
+  const std::vector<Parameters> all = ParametersPayload::all_gather(comm, mine);
 
   const auto fail = [&](const std::string& what) {
     throw std::invalid_argument(fmt::format("{}: {}: {}", comm.who(), who, what));
   };
   if (!listed) fail(own_problem);
-  const auto field = [&](int q, std::size_t f) { return all[kFields * static_cast<std::size_t>(q) + f]; };
-  for (int q = 0; q < p; ++q) {
-    if (field(q, 0) != 0) fail(fmt::format("rank {} has an invalid parameter list", q));
+  for (std::size_t q = 0; q < all.size(); ++q) {
+    if (all[q].invalid) fail(fmt::format("rank {} has an invalid parameter list", q));
   }
   // Every rank against rank 0, field by field.
-  const auto differs = [&](int q, std::size_t f) { return field(q, f) != field(0, f); };
-  for (int q = 1; q < p; ++q) {
-    if (differs(q, 1)) {
-      fail(fmt::format("ranks disagree on the stage: rank {} runs {}, rank 0 {}", q, mode_name(field(q, 1)),
-                       mode_name(field(0, 1))));
+  const Parameters& first = all[0];
+  for (std::size_t q = 1; q < all.size(); ++q) {
+    const Parameters& theirs = all[q];
+    if (theirs.stage != first.stage) {
+      fail(fmt::format("ranks disagree on the stage: rank {} runs {}, rank 0 {}", q, mode_name(theirs.stage),
+                       mode_name(first.stage)));
     }
-    if (differs(q, 2) || differs(q, 3)) {
+    if (theirs.tensors != first.tensors || theirs.values != first.values) {
       fail(fmt::format("ranks disagree on the parameters: rank {} has {} tensors of {} values, rank 0 has {} of {}", q,
-                       field(q, 2), field(q, 3), field(0, 2), field(0, 3)));
+                       theirs.tensors, theirs.values, first.tensors, first.values));
     }
-    if (differs(q, 4) || differs(q, 5)) {
+    if (theirs.shapes_hash != first.shapes_hash) {
       fail(
           fmt::format("ranks disagree on the parameter shapes: rank {}'s {} tensors of {} values are shaped unlike "
                       "rank 0's",
-                      q, field(q, 2), field(q, 3)));
+                      q, theirs.tensors, theirs.values));
     }
   }
 }
@@ -276,12 +276,10 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
 void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who) {
   const bool has_grads =
       reduced || std::any_of(params.begin(), params.end(), [](const Tensor& p) { return !p.grad().empty(); });
-  const double mine = has_grads ? 1.0 : 0.0;
-  std::vector<double> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather({&mine, 1}, all);
-  std::vector<int> missing;
-  for (int q = 0; q < comm.size(); ++q)
-    if (all[static_cast<std::size_t>(q)] == 0) missing.push_back(q);
+  const std::vector<bool> all = SinglePayload<bool>::all_gather(comm, has_grads);
+  std::vector<std::size_t> missing;
+  for (std::size_t q = 0; q < all.size(); ++q)
+    if (!all[q]) missing.push_back(q);
   if (!missing.empty()) {
     throw std::invalid_argument(fmt::format("{}: {}: rank(s) {} have no gradients (call backward() before reducing)",
                                             comm.who(), who, fmt::join(missing, ", ")));

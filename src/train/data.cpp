@@ -8,7 +8,7 @@
 #include <iterator>
 #include <stdexcept>
 
-#include "../dist/fnv1a.h"
+#include "../support/fnv1a.h"
 
 namespace tinyllm::train {
 
@@ -38,10 +38,10 @@ std::size_t Corpus::num_windows(std::size_t seq) const {
 }
 
 std::uint64_t Corpus::fnv1a() const {
-  std::uint64_t h = dist::kFnv1aBasis;
+  std::uint64_t h = tinyllm::detail::kFnv1aBasis;
   for (int token : tokens_) {
     const auto byte = static_cast<std::byte>(token);
-    h = dist::fnv1a(std::span(&byte, 1), h);
+    h = tinyllm::detail::fnv1a(std::span(&byte, 1), h);
   }
   return h;
 }

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -20,8 +19,10 @@
 #include <stdexcept>
 #include <utility>
 
+#include "../distributed/payload.h"
 #include "../support/fnv1a.h"
 #include "safetensors_format.h"
+#include "tinyllm/distributed/self_comm.h"
 #include "tinyllm/train/safetensors.h"
 
 namespace tinyllm::train {
@@ -32,43 +33,6 @@ using tinyllm::detail::fnv1a;
 
 namespace {
 
-// The collectives the writer needs, on comm or, without one, in one process.
-// Words travel bit-copied in doubles: broadcast and all_gather only copy.
-class Group {
- public:
-  explicit Group(dist::Comm* comm) : comm_(comm) {}
-  int rank() const { return comm_ ? comm_->rank() : 0; }
-  int size() const { return comm_ ? comm_->size() : 1; }
-
-  // Every rank's words (the same count on each), rank by rank.
-  std::vector<std::uint64_t> all_gather(std::span<const std::uint64_t> mine) {
-    std::vector<double> chunk(mine.size()), all(mine.size() * static_cast<std::size_t>(size()));
-    std::transform(mine.begin(), mine.end(), chunk.begin(), [](std::uint64_t w) { return std::bit_cast<double>(w); });
-    if (comm_) {
-      comm_->all_gather(chunk, all);
-    } else {
-      all = chunk;
-    }
-    std::vector<std::uint64_t> out(all.size());
-    std::transform(all.begin(), all.end(), out.begin(), [](double d) { return std::bit_cast<std::uint64_t>(d); });
-    return out;
-  }
-  std::vector<std::uint64_t> broadcast(std::vector<std::uint64_t> words, int root) {
-    if (!comm_) return words;
-    std::vector<double> buf(words.size());
-    std::transform(words.begin(), words.end(), buf.begin(), [](std::uint64_t w) { return std::bit_cast<double>(w); });
-    comm_->broadcast(buf, root);
-    std::transform(buf.begin(), buf.end(), words.begin(), [](double d) { return std::bit_cast<std::uint64_t>(d); });
-    return words;
-  }
-  void broadcast_values(std::span<double> values, int root) {
-    if (comm_) comm_->broadcast(values, root);
-  }
-
- private:
-  dist::Comm* comm_;
-};
-
 // An I/O failure as it travels between ranks: the step and its errno.
 enum Step : std::uint64_t { kOk, kNonce, kCreate, kWrite, kSync, kRename, kSyncDirectory };
 struct Failure {
@@ -78,6 +42,13 @@ struct Failure {
     if (!*this && e != 0) step = s, err = static_cast<std::uint64_t>(e);
   }
 };
+// A step's outcome on one rank, with the nonce (create) or the checksum's
+// partial sum (vote).
+struct Outcome {
+  Failure failure;
+  std::uint64_t value = 0;
+};
+using OutcomePayload = dist::Payload<Outcome, [](auto& o, auto& io) { io(o.failure.step, o.failure.err, o.value); }>;
 
 // The temporary file beside path. Every rank that knows its name removes it
 // on every way out but the rename, a CommError included.
@@ -133,6 +104,15 @@ class FileSizeSignalBlocked {
 struct Span {
   std::size_t offset = 0, size = 0;
 };
+using SpanPayload = dist::Payload<Span, [](auto& s, auto& io) { io(s.offset, s.size); }>;
+
+// What every rank checks of the others' arguments before any writes.
+struct Claim {
+  bool invalid = false;    // its own problem, which that rank reports
+  std::uint64_t hash = 0;  // of the path, the options and the header
+  std::size_t pieces = 0, values = 0;
+};
+using ClaimPayload = dist::Payload<Claim, [](auto& c, auto& io) { io(c.invalid, c.hash, c.pieces, c.values); }>;
 
 // Calls fn(i, within, at, len) for each run of the values [start, start +
 // count) of the pieces laid end to end: len values of piece i from its
@@ -146,55 +126,58 @@ void for_each_run(const std::vector<Span>& pieces, std::size_t start, std::size_
   }
 }
 
-// Step 1 of write(): the ranks agree. One all_gather carries each rank's
-// own problem, the hash of what it was given, its pieces' count and values;
-// a second carries every piece's bounds, so each rank checks the tiling
-// itself and rank 0 knows where gathered values go. Returns spans[q], rank
-// q's non-empty pieces in its order (mine is this rank's).
-std::vector<std::vector<Span>> agree(const std::string& path, Group& group, const Layout& layout,
-                                     const std::vector<Piece>& mine, SharedFiles shared) {
-  const int p = group.size();
-  const std::size_t n = layout.n;
-  std::size_t held = 0;
-  for (const Piece& piece : mine) held += piece.values.size();
-  const std::uint64_t hash = fnv1a(layout.header, fnv1a(path + '\0' + static_cast<char>(shared)));
-  const std::array<std::uint64_t, 4> own = {layout.problem.empty() ? 0u : 1u, hash, mine.size(), held};
-  const std::vector<std::uint64_t> all = group.all_gather(own);
-  const auto field = [&](int q, int f) { return all[4 * static_cast<std::size_t>(q) + static_cast<std::size_t>(f)]; };
-  if (!layout.problem.empty()) throw std::invalid_argument(fmt::format("checkpoint '{}': {}", path, layout.problem));
+// Step 1a: every rank's arguments are valid and the same as rank 0's, and
+// the pieces of all hold the tensors' values. Returns the most pieces a
+// rank has.
+std::size_t agree_on_arguments(const std::string& path, dist::Comm& comm, const Layout& layout,
+                               const std::vector<Piece>& mine, SharedFiles shared) {
+  Claim own{.invalid = !layout.problem.empty(),
+            .hash = fnv1a(layout.header, fnv1a(path + '\0' + static_cast<char>(shared))),
+            .pieces = mine.size()};
+  for (const Piece& piece : mine) own.values += piece.values.size();
+  const std::vector<Claim> all = ClaimPayload::all_gather(comm, own);
+  if (own.invalid) throw std::invalid_argument(fmt::format("checkpoint '{}': {}", path, layout.problem));
   std::size_t most = 0, total = 0;
-  for (int q = 0; q < p; ++q) {
-    if (field(q, 0) != 0) {
+  for (std::size_t q = 0; q < all.size(); ++q) {
+    if (all[q].invalid) {
       throw std::invalid_argument(fmt::format("checkpoint '{}': rank {} has invalid arguments", path, q));
     }
-    if (field(q, 1) != field(0, 1)) {
+    if (all[q].hash != all[0].hash) {
       throw std::invalid_argument(
           fmt::format("checkpoint '{}': rank {} has other tensors, metadata or options than rank 0", path, q));
     }
-    most = std::max<std::size_t>(most, field(q, 2));
-    total += field(q, 3);
+    most = std::max(most, all[q].pieces);
+    total += all[q].values;
   }
-  if (total != n) {
+  if (total != layout.n) {
     throw std::invalid_argument(fmt::format("checkpoint '{}': the pieces {}hold {} values, the tensors need {}", path,
-                                            p == 1 ? "" : "of all ranks ", total, n));
+                                            all.size() == 1 ? "" : "of all ranks ", total, layout.n));
   }
+  return most;
+}
 
-  std::vector<std::uint64_t> bounds(2 * most, 0);  // (offset, size) per piece, padded with empty ones
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    bounds[2 * i] = mine[i].offset;
-    bounds[2 * i + 1] = mine[i].values.size();
+// Step 1b: every rank's pieces, padded with empty ones to `most` a rank.
+// Returns spans[q], rank q's non-empty pieces in its order.
+std::vector<std::vector<Span>> gather_spans(dist::Comm& comm, const std::vector<Piece>& mine, std::size_t most) {
+  std::vector<Span> bounds(most);
+  for (std::size_t i = 0; i < mine.size(); ++i) bounds[i] = {mine[i].offset, mine[i].values.size()};
+  if (most > 0) bounds = SpanPayload::all_gather(comm, bounds);
+  std::vector<std::vector<Span>> spans(static_cast<std::size_t>(comm.size()));
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (bounds[i].size > 0) spans[i / most].push_back(bounds[i]);
   }
-  if (most > 0) bounds = group.all_gather(bounds);
-  std::vector<std::vector<Span>> spans(static_cast<std::size_t>(p));
-  std::vector<std::pair<Span, int>> sorted;
-  for (int q = 0; q < p; ++q) {
-    for (std::size_t i = most * q; i < most * (q + 1); ++i) {
-      const Span s{bounds[2 * i], bounds[2 * i + 1]};
-      if (s.size > 0) spans[q].push_back(s), sorted.emplace_back(s, q);
-    }
+  return spans;
+}
+
+// Step 1c: the pieces, in offset order, meet end to end (each rank checks
+// them itself).
+void check_tiling(const std::string& path, const std::vector<std::vector<Span>>& spans) {
+  std::vector<std::pair<Span, std::size_t>> sorted;
+  for (std::size_t q = 0; q < spans.size(); ++q) {
+    for (const Span& s : spans[q]) sorted.emplace_back(s, q);
   }
   std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.first.offset < y.first.offset; });
-  const auto where = [p](int q) { return p == 1 ? std::string() : fmt::format(" of rank {}", q); };
+  const auto where = [&](std::size_t q) { return spans.size() == 1 ? std::string() : fmt::format(" of rank {}", q); };
   for (std::size_t i = 1; i < sorted.size(); ++i) {
     const auto& [before, q] = sorted[i - 1];
     const auto& [after, s] = sorted[i];
@@ -205,6 +188,17 @@ std::vector<std::vector<Span>> agree(const std::string& path, Group& group, cons
                       where(s), after.offset < before.offset + before.size ? "overlap" : "leave a hole"));
     }
   }
+}
+
+// Step 1 of write(): the ranks agree on the arguments, then on every
+// piece's bounds, so each rank checks the tiling itself and rank 0 knows
+// where gathered values go. Returns spans[q], rank q's non-empty pieces in
+// its order (mine is this rank's).
+std::vector<std::vector<Span>> agree(const std::string& path, dist::Comm& comm, const Layout& layout,
+                                     const std::vector<Piece>& mine, SharedFiles shared) {
+  const std::size_t most = agree_on_arguments(path, comm, layout, mine, shared);
+  std::vector<std::vector<Span>> spans = gather_spans(comm, mine, most);
+  check_tiling(path, spans);
   return spans;
 }
 
@@ -212,9 +206,9 @@ std::vector<std::vector<Span>> agree(const std::string& path, Group& group, cons
 // agreed: the layout, this rank's pieces and every rank's spans.
 class Writer {
  public:
-  Writer(const std::string& path, Group& group, Layout& layout, const std::vector<Piece>& mine,
+  Writer(const std::string& path, dist::Comm& comm, Layout& layout, const std::vector<Piece>& mine,
          const std::vector<std::vector<Span>>& spans, SharedFiles shared)
-      : path_(path), group_(group), layout_(layout), mine_(mine), spans_(spans), shared_(shared) {}
+      : path_(path), comm_(comm), layout_(layout), mine_(mine), spans_(spans), shared_(shared) {}
 
   // 2. Rank 0 creates the temporary file and writes the header, with a
   //    random nonce where the checksum will go; every rank learns the
@@ -233,17 +227,17 @@ class Writer {
         failure_.note(kWrite, write_all(temp_.fd, layout_.header.data(), layout_.header.size(), 0));
       }
     }
-    const std::vector<std::uint64_t> created = group_.broadcast({failure_.step, failure_.err, nonce}, 0);
-    nonce_ = created[2];
+    const Outcome created = OutcomePayload::broadcast(comm_, Outcome{failure_, nonce}, 0);
+    nonce_ = created.value;
     temp_path_ = temp_name(nonce_);
-    if (created[0] != kOk) fail(0, created[0], created[1]);
+    if (created.failure) fail(0, created.failure);
     temp_.name = temp_path_;
   }
 
   // 3. Who writes: every rank where each finds the nonce in the file it
   //    opens by that name (so it is the one file), else rank 0 alone.
   void choose_writers() {
-    const int p = group_.size();
+    const int p = comm_.size();
     direct_ = shared_ != SharedFiles::No;
     if (!direct_ || p == 1) return;
     bool sees = r() == 0;
@@ -253,10 +247,10 @@ class Writer {
       sees = temp_.fd >= 0 && read_all(temp_.fd, digits.data(), kDigits, kChecksumAt) == 0 &&
              std::string_view(digits.data(), kDigits) == hex(nonce_);
     }
-    const std::vector<std::uint64_t> seen = group_.all_gather(std::array<std::uint64_t, 1>{sees ? 1u : 0u});
-    for (int q = 0; q < p && direct_; ++q) direct_ = seen[static_cast<std::size_t>(q)] != 0;
+    const std::vector<bool> seen = dist::SinglePayload<bool>::all_gather(comm_, sees);
+    direct_ = std::find(seen.begin(), seen.end(), false) == seen.end();
     if (!direct_ && shared_ == SharedFiles::Yes) {
-      const int q = static_cast<int>(std::find(seen.begin(), seen.end(), 0u) - seen.begin());
+      const auto q = std::find(seen.begin(), seen.end(), false) - seen.begin();
       throw std::runtime_error(
           fmt::format("checkpoint '{}': rank {} does not see rank 0's temporary file '{}' "
                       "(SharedFiles::Yes)",
@@ -266,42 +260,14 @@ class Writer {
 
   // 4. Write, each rank hashing its own values (its checksum partial sum,
   //    returned). A failure waits for the vote, so no rank leaves the
-  //    collectives early. Gathered through rank 0, rank q's values go out
-  //    in blocks of kBlock, its pieces end to end, by broadcast from q;
-  //    rank 0 writes each run where the piece says.
+  //    collectives early.
   std::uint64_t write_values() {
-    const int p = group_.size();
-    const std::size_t data_at = layout_.header.size();
     std::uint64_t partial = 0;
     for (const Piece& piece : mine_) partial += checksum(piece.values, piece.offset);
     if (r() == 0 || direct_) {
-      for (const Piece& piece : mine_) {
-        failure_.note(kWrite,
-                      write_all(temp_.fd, piece.values.data(), 8 * piece.values.size(), data_at + 8 * piece.offset));
-      }
+      for (const Piece& piece : mine_) write_run(piece.values.data(), piece.values.size(), piece.offset);
     }
-    std::vector<double> block;
-    for (int q = 1; q < p && !direct_; ++q) {
-      const auto& theirs = spans_[static_cast<std::size_t>(q)];
-      std::size_t values = 0;
-      for (const Span& s : theirs) values += s.size;
-      for (std::size_t start = 0; start < values; start += kBlock) {
-        block.resize(std::min(kBlock, values - start));
-        for_each_run(theirs, start, block.size(),
-                     [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
-                       if (r() == q)
-                         std::copy_n(mine_[i].values.begin() + static_cast<std::ptrdiff_t>(within), len,
-                                     block.begin() + static_cast<std::ptrdiff_t>(at));
-                     });
-        group_.broadcast_values(block, q);
-        if (r() != 0) continue;
-        for_each_run(
-            theirs, start, block.size(), [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
-              failure_.note(kWrite,
-                            write_all(temp_.fd, block.data() + at, 8 * len, data_at + 8 * (theirs[i].offset + within)));
-            });
-      }
-    }
+    for (int q = 1; q < comm_.size() && !direct_; ++q) gather_from(q);
     if (r() != 0 && temp_.fd >= 0) {
       if (direct_) failure_.note(kSync, ::fsync(temp_.fd) == 0 ? 0 : errno);  // a network filesystem flushes per client
       ::close(temp_.fd);
@@ -310,14 +276,43 @@ class Writer {
     return partial;
   }
 
+  // Rank q's values, gathered through rank 0: they go out in blocks of
+  // kBlock, its pieces end to end, by broadcast from q; rank 0 writes each
+  // run where the piece says.
+  void gather_from(int q) {
+    const auto& theirs = spans_[static_cast<std::size_t>(q)];
+    std::size_t values = 0;
+    for (const Span& s : theirs) values += s.size;
+    std::vector<double> block;
+    for (std::size_t start = 0; start < values; start += kBlock) {
+      block.resize(std::min(kBlock, values - start));
+      for_each_run(theirs, start, block.size(),
+                   [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
+                     if (r() == q)
+                       std::copy_n(mine_[i].values.begin() + static_cast<std::ptrdiff_t>(within), len,
+                                   block.begin() + static_cast<std::ptrdiff_t>(at));
+                   });
+      comm_.broadcast(block, q);
+      if (r() != 0) continue;
+      for_each_run(theirs, start, block.size(),
+                   [&](std::size_t i, std::size_t within, std::size_t at, std::size_t len) {
+                     write_run(block.data() + at, len, theirs[i].offset + within);
+                   });
+    }
+  }
+
+  // count values at the data region's value `offset`.
+  void write_run(const double* values, std::size_t count, std::size_t offset) {
+    failure_.note(kWrite, write_all(temp_.fd, values, 8 * count, layout_.header.size() + 8 * offset));
+  }
+
   // 5. Vote, and add up the checksum (integers: any order gives the same).
   std::uint64_t vote(std::uint64_t partial) {
-    const std::vector<std::uint64_t> votes =
-        group_.all_gather(std::array<std::uint64_t, 3>{failure_.step, failure_.err, partial});
+    const std::vector<Outcome> votes = OutcomePayload::all_gather(comm_, Outcome{failure_, partial});
     std::uint64_t sum = 0;
-    for (int q = 0; q < group_.size(); ++q) {
-      if (votes[3 * q] != kOk) fail(q, votes[3 * q], votes[3 * q + 1]);
-      sum += votes[3 * q + 2];
+    for (std::size_t q = 0; q < votes.size(); ++q) {
+      if (votes[q].failure) fail(static_cast<int>(q), votes[q].failure);
+      sum += votes[q].value;
     }
     return sum;
   }
@@ -342,18 +337,19 @@ class Writer {
         if (fd >= 0) ::close(fd);
       }
     }
-    const std::vector<std::uint64_t> done = group_.broadcast({failure_.step, failure_.err}, 0);
-    temp_.renamed = done[0] == kOk || done[0] == kSyncDirectory;
-    if (done[0] != kOk) fail(0, done[0], done[1]);
+    const Failure done = OutcomePayload::broadcast(comm_, Outcome{failure_}, 0).failure;
+    temp_.renamed = !done || done.step == kSyncDirectory;
+    if (done) fail(0, done);
   }
 
  private:
-  int r() const { return group_.rank(); }
+  int r() const { return comm_.rank(); }
   std::string temp_name(std::uint64_t nonce) const { return fmt::format("{}.{}.tmp", path_, hex(nonce)); }
 
   // Every rank throws the same error for rank q's failed step.
-  [[noreturn]] void fail(int q, std::uint64_t step, std::uint64_t err) const {
-    const char* why = std::strerror(static_cast<int>(err));
+  [[noreturn]] void fail(int q, const Failure& failure) const {
+    const std::uint64_t step = failure.step;
+    const char* why = std::strerror(static_cast<int>(failure.err));
     if (step == kRename)
       throw std::runtime_error(fmt::format("checkpoint '{}': cannot rename '{}' to it: {}", path_, temp_path_, why));
     if (step == kSyncDirectory)
@@ -362,13 +358,13 @@ class Writer {
                        : step == kCreate ? "create"
                        : step == kWrite  ? "write"
                                          : "sync";
-    const std::string where = group_.size() == 1 ? std::string() : fmt::format("rank {} ", q);
+    const std::string where = comm_.size() == 1 ? std::string() : fmt::format("rank {} ", q);
     throw std::runtime_error(
         fmt::format("checkpoint '{}': {}cannot {} the temporary file '{}': {}", path_, where, verb, temp_path_, why));
   }
 
   const std::string& path_;
-  Group& group_;
+  dist::Comm& comm_;
   Layout& layout_;
   const std::vector<Piece>& mine_;
   const std::vector<std::vector<Span>>& spans_;
@@ -381,7 +377,7 @@ class Writer {
 };
 
 // The collective write: step 1 here, steps 2 to 6 in Writer.
-void write(const std::string& path, Group& group, const std::vector<TensorInfo>& tensors, const Metadata& metadata,
+void write(const std::string& path, dist::Comm& comm, const std::vector<TensorInfo>& tensors, const Metadata& metadata,
            std::span<const Piece> pieces, SharedFiles shared) {
   const FileSizeSignalBlocked no_sigxfsz;
   Layout layout = lay_out(tensors, metadata);
@@ -393,8 +389,8 @@ void write(const std::string& path, Group& group, const std::vector<TensorInfo>&
     }
     if (!piece.values.empty()) mine.push_back(piece);
   }
-  const std::vector<std::vector<Span>> spans = agree(path, group, layout, mine, shared);
-  Writer writer(path, group, layout, mine, spans, shared);
+  const std::vector<std::vector<Span>> spans = agree(path, comm, layout, mine, shared);
+  Writer writer(path, comm, layout, mine, spans, shared);
   writer.create();
   writer.choose_writers();
   const std::uint64_t partial = writer.write_values();
@@ -406,15 +402,14 @@ void write(const std::string& path, Group& group, const std::vector<TensorInfo>&
 
 void write_safetensors(const std::string& path, dist::Comm& comm, const std::vector<TensorInfo>& tensors,
                        const Metadata& metadata, std::span<const Piece> pieces, SharedFiles shared) {
-  Group group(&comm);
-  write(path, group, tensors, metadata, pieces, shared);
+  write(path, comm, tensors, metadata, pieces, shared);
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorInfo>& tensors, const Metadata& metadata,
                        std::span<const double> data) {
-  Group group(nullptr);
+  dist::SelfComm self;
   const Piece whole{.offset = 0, .values = data};
-  write(path, group, tensors, metadata, std::span(&whole, 1), SharedFiles::Auto);
+  write(path, self, tensors, metadata, std::span(&whole, 1), SharedFiles::Auto);
 }
 
 }  // namespace tinyllm::train

@@ -11,10 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <stdexcept>
 
+#include "../distributed/payload.h"
 #include "save_dir.h"
 #include "tinyllm/distributed/stop.h"
 #include "tinyllm/train/checkpoint.h"
@@ -197,15 +197,24 @@ void write_metrics(std::ofstream& metrics, const std::string& path, const StepRe
   }
 }
 
+using RankPayload = dist::Payload<RankStats, [](auto& r, auto& io) {
+  io(r.rank, r.state.params, r.state.grads, r.state.optimizer, r.peak.params, r.peak.grads, r.peak.optimizer,
+     r.peak_rss, r.bytes_sent, r.theory_sent, r.stop_signal);
+}>;
+// The summary but its ranks, which follow it, and its last checkpoint, which
+// the caller names.
+using SummaryPayload = dist::Payload<TrainSummary, [](auto& s, auto& io) {
+  io(s.first_loss, s.last_loss, s.seconds, s.timed_seconds, s.steps_run, s.end_step, s.num_parameters, s.val_loss,
+     s.best_val_loss, s.stop_signal);
+}>;
+
 // Rank 0's summary, carried back to the caller: through memory shared with
-// the forked ranks under procs. Laid out as doubles (exact below 2^53),
-// NaN for an absent value.
+// the forked ranks under procs. Laid out as the summary, the rank count and
+// the ranks.
 class SummarySink {
  public:
-  static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
-  static constexpr std::size_t kHead = 11, kPerRank = 11;
-
-  SummarySink(bool shared, int world) : length_(kHead + kPerRank * static_cast<std::size_t>(std::max(world, 1))) {
+  SummarySink(bool shared, int world)
+      : length_(SummaryPayload::size() + 1 + RankPayload::size() * static_cast<std::size_t>(std::max(world, 1))) {
     if (shared) {
       void* memory = mmap(nullptr, length_ * sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
       if (memory == MAP_FAILED) throw std::runtime_error("train: cannot map memory for the summary");
@@ -221,20 +230,10 @@ class SummarySink {
   SummarySink& operator=(const SummarySink&) = delete;
 
   void store(const TrainSummary& s) {
-    std::vector<double> v = {s.first_loss,
-                             s.last_loss,
-                             s.seconds,
-                             s.timed_seconds,
-                             static_cast<double>(s.steps_run),
-                             static_cast<double>(s.end_step),
-                             static_cast<double>(s.num_parameters),
-                             s.val_loss.value_or(kNone),
-                             s.best_val_loss.value_or(kNone),
-                             static_cast<double>(s.stop_signal),
-                             static_cast<double>(s.ranks.size())};
-    for (const RankStats& r : s.ranks) {
-      for (double x : encode(r)) v.push_back(x);
-    }
+    std::vector<double> v = SummaryPayload::pack(s);
+    v.push_back(static_cast<double>(s.ranks.size()));
+    const std::vector<double> ranks = RankPayload::pack(s.ranks);
+    v.insert(v.end(), ranks.begin(), ranks.end());
     if (v.size() > length_) {  // mpi: the world is mpirun's, known only now
       local_.resize(v.size());
       length_ = v.size();
@@ -243,40 +242,11 @@ class SummarySink {
   }
 
   TrainSummary load() const {
-    const double* v = data();
-    TrainSummary s;
-    s.first_loss = v[0];
-    s.last_loss = v[1];
-    s.seconds = v[2];
-    s.timed_seconds = v[3];
-    s.steps_run = static_cast<std::size_t>(v[4]);
-    s.end_step = static_cast<std::size_t>(v[5]);
-    s.num_parameters = static_cast<std::size_t>(v[6]);
-    if (!std::isnan(v[7])) s.val_loss = v[7];
-    if (!std::isnan(v[8])) s.best_val_loss = v[8];
-    s.stop_signal = static_cast<int>(v[9]);
-    for (std::size_t q = 0; q < static_cast<std::size_t>(v[10]); ++q)
-      s.ranks.push_back(decode(v + kHead + kPerRank * q));
+    const std::span<const double> v(data(), length_);
+    const std::size_t head = SummaryPayload::size();
+    TrainSummary s = SummaryPayload::unpack(v.first(head))[0];
+    s.ranks = RankPayload::unpack(v.subspan(head + 1, static_cast<std::size_t>(v[head]) * RankPayload::size()));
     return s;
-  }
-
-  static std::array<double, kPerRank> encode(const RankStats& r) {
-    return {static_cast<double>(r.rank),           static_cast<double>(r.state.params),
-            static_cast<double>(r.state.grads),    static_cast<double>(r.state.optimizer),
-            static_cast<double>(r.peak.params),    static_cast<double>(r.peak.grads),
-            static_cast<double>(r.peak.optimizer), static_cast<double>(r.peak_rss),
-            static_cast<double>(r.bytes_sent),     static_cast<double>(r.theory_sent),
-            static_cast<double>(r.stop_signal)};
-  }
-  static RankStats decode(const double* v) {
-    const auto z = [&](int i) { return static_cast<std::size_t>(v[i]); };
-    return {.rank = static_cast<int>(v[0]),
-            .state = {z(1), z(2), z(3)},
-            .peak = {z(4), z(5), z(6)},
-            .peak_rss = z(7),
-            .bytes_sent = z(8),
-            .theory_sent = z(9),
-            .stop_signal = static_cast<int>(v[10])};
   }
 
  private:
@@ -287,17 +257,6 @@ class SummarySink {
   double* shared_ = nullptr;
   std::vector<double> local_;
 };
-
-// Every rank's figures for this step, on every rank (one small all_gather).
-std::vector<RankStats> gather_stats(dist::Comm& comm, const RankStats& mine) {
-  const auto p = static_cast<std::size_t>(comm.size());
-  const auto encoded = SummarySink::encode(mine);
-  std::vector<double> all(SummarySink::kPerRank * p);
-  comm.all_gather(encoded, all);
-  std::vector<RankStats> out;
-  for (std::size_t q = 0; q < p; ++q) out.push_back(SummarySink::decode(all.data() + SummarySink::kPerRank * q));
-  return out;
-}
 
 // The stop some rank saw (dist::stop_requested), in rank order; 0: none.
 int first_stop_signal(const std::vector<RankStats>& ranks) {
@@ -378,7 +337,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                       .grad_norm = result.grad_norm,
                       .seconds = seconds,
                       .tokens_per_second = static_cast<double>(B * T) / seconds,
-                      .ranks = gather_stats(comm, mine),
+                      .ranks = RankPayload::all_gather(comm, mine),
                       .val_loss = std::nullopt};
     observer.after_step(comm, replica, step, result.loss);
     if (evaluates(o, step)) report.val_loss = evaluate(comm, replica, val, B, T, o.eval_batches);

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -11,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../distributed/payload.h"
 #include "../support/fnv1a.h"
 #include "difference.h"
 #include "tinyllm/distributed/self_comm.h"
@@ -19,6 +19,20 @@
 
 namespace tinyllm::train {
 namespace {
+
+// What rank 0 tells every rank after each step: the step's differences
+// (each rank knows the step and its loss), and the first failure so far.
+struct Verdict {
+  VerifyStep now;
+  bool failed = false;
+  std::size_t failed_step = 0;
+  double failed_worst = 0;
+  bool failed_same_bits = true;
+};
+using VerdictPayload = dist::Payload<Verdict, [](auto& v, auto& io) {
+  io(v.now.loss_diff, v.now.params_diff, v.now.exp_avg_diff, v.now.exp_avg_sq_diff, v.now.same_bits, v.failed,
+     v.failed_step, v.failed_worst, v.failed_same_bits);
+}>;
 
 class VerifyObserver final : public TrainObserver {
  public:
@@ -43,49 +57,23 @@ class VerifyObserver final : public TrainObserver {
       mine.push_back(replica.full(region));
       h = tinyllm::detail::fnv1a(std::as_bytes(std::span(mine.back())), h);
     }
-    std::vector<double> hashes(static_cast<std::size_t>(comm.size()));
-    const double own = std::bit_cast<double>(h);
-    comm.all_gather({&own, 1}, hashes);
+    const std::vector<std::uint64_t> hashes = dist::SinglePayload<std::uint64_t>::all_gather(comm, h);
 
     // Rank 0: the one-process step, then the differences, sent to every
     // rank so that all agree on the verdict.
-    // Rank 0 alone writes this object's members (the ranks may be threads).
-    std::vector<double> verdict(8, 0.0);  // 5 figures, then the first failing step, its difference and bits
-    if (comm.rank() == 0) {
-      const double reference_loss = reference_step(step);
-      verdict = {std::abs(loss - reference_loss), max_abs_diff(mine[0], reference_->full(Region::Params)),
-                 max_abs_diff(mine[1], reference_->full(Region::ExpAvg)),
-                 max_abs_diff(mine[2], reference_->full(Region::ExpAvgSq)), 1.0};
-      for (double q : hashes) {
-        if (std::bit_cast<std::uint64_t>(q) != h) verdict[4] = 0.0;
-      }
-      const double worst = VerifyStep{.loss_diff = verdict[0],
-                                      .params_diff = verdict[1],
-                                      .exp_avg_diff = verdict[2],
-                                      .exp_avg_sq_diff = verdict[3]}
-                               .worst();
-      if (first_failure_ < 0 && (!(worst <= tolerance_) || verdict[4] == 0.0)) {
-        first_failure_ = static_cast<double>(step);
-        failure_worst_ = worst;
-        failure_bits_ = verdict[4];
-      }
-      verdict.insert(verdict.end(), {first_failure_, failure_worst_, failure_bits_});
-    }
-    comm.broadcast(verdict, 0);
-    const VerifyStep result{.step = step,
-                            .loss = loss,
-                            .loss_diff = verdict[0],
-                            .params_diff = verdict[1],
-                            .exp_avg_diff = verdict[2],
-                            .exp_avg_sq_diff = verdict[3],
-                            .same_bits = verdict[4] == 1.0};
+    Verdict verdict;
+    if (comm.rank() == 0) verdict = judge(step, loss, mine, hashes, h);
+    verdict = VerdictPayload::broadcast(comm, verdict, 0);
+    VerifyStep result = verdict.now;
+    result.step = step;
+    result.loss = loss;
     if (comm.rank() == 0 && on_step_) on_step_(result);
-    if (step + 1 == options_.steps && verdict[5] >= 0) {
+    if (step + 1 == options_.steps && verdict.failed) {
       throw std::runtime_error(
-          verdict[7] == 0.0
-              ? fmt::format("verify failed: at step {} the ranks do not hold the same bits", verdict[5])
+          !verdict.failed_same_bits
+              ? fmt::format("verify failed: at step {} the ranks do not hold the same bits", verdict.failed_step)
               : fmt::format("verify failed: at step {} the ranks differ from one process by {:.3g} (tolerance {:.0e})",
-                            verdict[5], verdict[6], tolerance_));
+                            verdict.failed_step, verdict.failed_worst, tolerance_));
     }
   }
 
@@ -97,6 +85,28 @@ class VerifyObserver final : public TrainObserver {
     return train_step(self_, *reference_, corpus_, options_, schedule_, step).loss;
   }
 
+  // Rank 0 alone: this step's differences from the one-process step, and
+  // the first failure so far (kept in failure_, as the ranks may be threads).
+  Verdict judge(std::size_t step, double loss, const std::vector<std::vector<double>>& mine,
+                const std::vector<std::uint64_t>& hashes, std::uint64_t h) {
+    const double reference_loss = reference_step(step);
+    Verdict verdict = failure_;
+    verdict.now = {.loss_diff = std::abs(loss - reference_loss),
+                   .params_diff = max_abs_diff(mine[0], reference_->full(Region::Params)),
+                   .exp_avg_diff = max_abs_diff(mine[1], reference_->full(Region::ExpAvg)),
+                   .exp_avg_sq_diff = max_abs_diff(mine[2], reference_->full(Region::ExpAvgSq)),
+                   .same_bits = std::all_of(hashes.begin(), hashes.end(), [h](std::uint64_t q) { return q == h; })};
+    const double worst = verdict.now.worst();
+    if (!verdict.failed && (!(worst <= tolerance_) || !verdict.now.same_bits)) {
+      verdict.failed = true;
+      verdict.failed_step = step;
+      verdict.failed_worst = worst;
+      verdict.failed_same_bits = verdict.now.same_bits;
+      failure_ = verdict;
+    }
+    return verdict;
+  }
+
   const TrainOptions& options_;
   const optim::LRSchedule schedule_;
   const Corpus& corpus_;
@@ -105,9 +115,7 @@ class VerifyObserver final : public TrainObserver {
   double tolerance_;
   dist::SelfComm self_;
   std::unique_ptr<Replica> reference_;
-  double first_failure_ = -1;  // the first step that failed
-  double failure_worst_ = 0;
-  double failure_bits_ = 1;
+  Verdict failure_;  // the first failed step's, once one failed
 };
 
 }  // namespace
