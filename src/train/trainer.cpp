@@ -8,13 +8,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <stdexcept>
 
+#include "memory_available.h"
 #include "save_dir.h"
 #include "tinyllm/dist/stop.h"
 #include "tinyllm/train/checkpoint.h"
@@ -121,6 +124,39 @@ void check_optimizer(const TrainOptions& o) {
   check_in("--eps", o.adamw.eps, 0, 1, "]");
 }
 
+// The first of the launcher's variables that is set, as a count; 0: none.
+int launcher_count(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
+// The model state's peak on rank 0 (the largest chunk), for every rank on
+// this machine, against the memory it may take. Under mpirun the world and
+// this machine's share of it come from the launcher (Open MPI's variables,
+// then MPICH's); a world it does not tell is left to the run.
+void check_fits(const TrainOptions& o) {
+  const Backend backend = resolve_backend(o.backend, o.world);
+  int world = o.world, on_machine = o.world;
+  if (backend == Backend::Mpi) {
+    if (world == 0) world = launcher_count({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
+    on_machine = std::max(1, launcher_count({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}));
+  }
+  if (world < 1) return;
+  MemoryNeed need{
+      .run = fmt::format("{} with --zero {} on {} rank{}", describe(o.model), o.zero, world, world == 1 ? "" : "s"),
+      .per_rank = state_bytes(o.zero, o.model.num_parameters(), world, 0).total(),
+      .ranks_per_machine = on_machine,
+      .ranks_per_process = backend == Backend::Threads ? world : 1};
+  const std::vector<MemoryLimit> limits = available_memory();
+  // The state after a step first: it is counted at once, and when it fits,
+  // the model is small enough for the peak's bucket plan to be quick.
+  check_memory(need, limits);
+  need.per_rank = peak_bytes(o.zero, o.model, world, 0, o.grad_accum, o.overlap).total();
+  check_memory(need, limits);
+}
+
 void check_options(const TrainOptions& o, const Corpus& corpus) {
   check_optimizer(o);
   o.model.check();
@@ -141,6 +177,7 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
                                             corpus.name(), corpus.size(), o.model.block_size));
   }
   if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
+  check_fits(o);
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   check_start(o);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
