@@ -129,8 +129,52 @@ std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model) {
   return tensors;
 }
 
+namespace {
+
+// The tensor of the checkpoint's data region that holds the value at offset.
+std::string tensor_at(const std::vector<TensorInfo>& tensors, std::size_t offset) {
+  for (const TensorInfo& t : tensors) {
+    if (offset < t.numel()) return t.name;
+    offset -= t.numel();
+  }
+  return "?";
+}
+
+// Collective: every rank counts the values of its own pieces that are not
+// finite (one pass over its chunk) and the ranks share their counts and
+// first offsets, so that all of them refuse together.
+void check_finite(const std::string& path, dist::Comm& comm, const std::vector<TensorInfo>& tensors,
+                  const std::vector<Piece>& pieces, std::size_t step) {
+  double count = 0, first = 0;  // exact as doubles: offsets stay below 3·2^40
+  for (const Piece& piece : pieces) {
+    for (std::size_t i = 0; i < piece.values.size(); ++i) {
+      if (std::isfinite(piece.values[i])) continue;
+      if (count++ == 0) first = static_cast<double>(piece.offset + i);
+    }
+  }
+  const double mine[2] = {count, first};
+  std::vector<double> all(2 * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(mine, all);
+  double total = 0, earliest = 0;
+  for (std::size_t q = 0; q < all.size(); q += 2) {
+    if (all[q] > 0 && (total == 0 || all[q + 1] < earliest)) earliest = all[q + 1];
+    total += all[q];
+  }
+  if (total == 0) return;
+  throw NonFiniteCheckpoint(fmt::format(
+      "step {}'s parameters and AdamW state hold {:.0f} value{} that {} not finite (the first in '{}'): checkpoint "
+      "'{}' was not written",
+      step, total, total == 1 ? "" : "s", total == 1 ? "is" : "are",
+      tensor_at(tensors, static_cast<std::size_t>(earliest)), path));
+}
+
+}  // namespace
+
 void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& replica, const CheckpointInfo& info,
                      SharedFiles shared) {
+  const std::vector<TensorInfo> tensors = checkpoint_tensors(replica.model());
+  const std::vector<Piece> pieces = replica.pieces();
+  check_finite(path, comm, tensors, pieces, info.step);
   const nn::GPTConfig& c = info.config;
   const Metadata metadata = {
       {"format", kFormat},
@@ -145,8 +189,7 @@ void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& r
       {"world", std::to_string(info.world)},
       {"zero", std::to_string(info.zero)},
   };
-  const std::vector<Piece> pieces = replica.pieces();
-  write_safetensors(path, comm, checkpoint_tensors(replica.model()), metadata, pieces, shared);
+  write_safetensors(path, comm, tensors, metadata, pieces, shared);
 }
 
 CheckpointInfo read_checkpoint_info(const SafetensorsFile& file) {

@@ -177,9 +177,9 @@ void check_options(const TrainOptions& o, const Corpus& corpus) {
                                             corpus.name(), corpus.size(), o.model.block_size));
   }
   if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
-  check_fits(o);
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
-  check_start(o);
+  check_start(o);  // before the memory: a checkpoint's bad sizes are named as the checkpoint's
+  check_fits(o);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
   check_metrics_is_not_data(o.metrics, o.data);
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
@@ -344,10 +344,18 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
     if (!o.metrics.empty()) metrics.open(o.metrics, std::ios::trunc);
   }
   // Collective: the checkpoint of the run after steps_taken steps.
+  std::string last_saved;
   const auto save = [&](const std::string& path, std::size_t steps_taken) {
-    save_checkpoint(path, comm, replica,
-                    {.config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero},
-                    o.shared_files);
+    try {
+      save_checkpoint(path, comm, replica,
+                      {.config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero},
+                      o.shared_files);
+    } catch (const NonFiniteCheckpoint& e) {
+      throw NonFiniteCheckpoint(fmt::format("{}; {}", e.what(),
+                                            last_saved.empty() ? "this run wrote no checkpoint before"
+                                                               : fmt::format("the last written is '{}'", last_saved)));
+    }
+    last_saved = path;
     if (r == 0) observer.on_checkpoint(path, steps_taken);
   };
   TrainSummary summary;
