@@ -51,10 +51,11 @@ std::vector<Shape> GPTConfig::parameter_shapes() const {
   return shapes;
 }
 
+// parameter_shapes()'s sum without listing them (a model too large to
+// build is counted at once): a block holds 12C² + 13C.
 std::size_t GPTConfig::num_parameters() const {
-  std::size_t n = 0;
-  for (const Shape& shape : parameter_shapes()) n += numel_of(shape);
-  return n;
+  const std::size_t C = n_embd;
+  return (vocab_size + block_size + 2) * C + n_layer * (12 * C * C + 13 * C);
 }
 
 double GPTConfig::flops_per_token() const {

@@ -6,8 +6,10 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 
+#include "../distributed/payload.h"
 #include "difference.h"
 #include "safetensors_format.h"
 #include "tinyllm/tensor/deferred_init.h"
@@ -165,8 +167,55 @@ std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model) {
   return tensors;
 }
 
+namespace {
+
+// The tensor of the checkpoint's data region that holds the value at offset.
+std::string tensor_at(const std::vector<TensorInfo>& tensors, std::size_t offset) {
+  for (const TensorInfo& t : tensors) {
+    if (offset < t.numel()) return t.name;
+    offset -= t.numel();
+  }
+  return "?";
+}
+
+// What one rank found in its own pieces: how many values are not finite,
+// and the checkpoint offset of the first.
+struct NonFinite {
+  std::size_t count = 0, first = 0;
+};
+using NonFinitePayload = dist::Payload<NonFinite, [](auto& n, auto& io) { io(n.count, n.first); }>;
+
+// Collective: every rank counts the values of its own pieces that are not
+// finite (one pass over its chunk) and the ranks share their counts and
+// first offsets, so that all of them refuse together.
+void check_finite(const std::string& path, dist::Comm& comm, const std::vector<TensorInfo>& tensors,
+                  const std::vector<Piece>& pieces, std::size_t step) {
+  NonFinite mine;
+  for (const Piece& piece : pieces) {
+    for (std::size_t i = 0; i < piece.values.size(); ++i) {
+      if (std::isfinite(piece.values[i])) continue;
+      if (mine.count++ == 0) mine.first = piece.offset + i;
+    }
+  }
+  NonFinite all{.count = 0, .first = std::numeric_limits<std::size_t>::max()};
+  for (const NonFinite& rank : NonFinitePayload::all_gather(comm, mine)) {
+    if (rank.count > 0) all.first = std::min(all.first, rank.first);
+    all.count += rank.count;
+  }
+  if (all.count == 0) return;
+  throw NonFiniteCheckpoint(fmt::format(
+      "step {}'s parameters and AdamW state hold {} value{} that {} not finite (the first in '{}'): checkpoint "
+      "'{}' was not written",
+      step, all.count, all.count == 1 ? "" : "s", all.count == 1 ? "is" : "are", tensor_at(tensors, all.first), path));
+}
+
+}  // namespace
+
 void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& replica, const CheckpointInfo& info,
                      SharedFiles shared) {
+  const std::vector<TensorInfo> tensors = checkpoint_tensors(replica.model());
+  const std::vector<Piece> pieces = replica.pieces();
+  check_finite(path, comm, tensors, pieces, info.step);
   const nn::GPTConfig& c = info.config;
   Metadata metadata = {
       {"format", kFormat},
@@ -186,8 +235,7 @@ void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& r
     metadata["data_fnv1a"] = fmt::format("{:016x}", info.data->fnv1a);
     metadata["val_fraction"] = fmt::format("{}", info.data->val_fraction);
   }
-  const std::vector<Piece> pieces = replica.pieces();
-  write_safetensors(path, comm, checkpoint_tensors(replica.model()), metadata, pieces, shared);
+  write_safetensors(path, comm, tensors, metadata, pieces, shared);
 }
 
 CheckpointInfo read_checkpoint_info(const SafetensorsFile& file) {

@@ -8,13 +8,17 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
 #include "../distributed/payload.h"
+#include "memory_available.h"
 #include "save_dir.h"
 #include "tinyllm/distributed/stop.h"
 #include "tinyllm/train/checkpoint.h"
@@ -153,6 +157,39 @@ void check_optimizer(const TrainOptions& o) {
   check_in("--eps", o.adamw.eps, 0, 1, "]");
 }
 
+// The first of the launcher's variables that is set, as a count; 0: none.
+int launcher_count(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
+// The model state's peak on rank 0 (the largest chunk), for every rank on
+// this machine, against the memory it may take. Under mpirun the world and
+// this machine's share of it come from the launcher (Open MPI's variables,
+// then MPICH's); a world it does not tell is left to the run.
+void check_fits(const TrainOptions& o) {
+  const Backend backend = resolve_backend(o.backend, o.world);
+  int world = o.world, on_machine = o.world;
+  if (backend == Backend::Mpi) {
+    if (world == 0) world = launcher_count({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
+    on_machine = std::max(1, launcher_count({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}));
+  }
+  if (world < 1) return;
+  MemoryNeed need{
+      .run = fmt::format("{} with --zero {} on {} rank{}", describe(o.model), o.zero, world, world == 1 ? "" : "s"),
+      .per_rank = state_bytes(o.zero, o.model.num_parameters(), world, 0).total(),
+      .ranks_per_machine = on_machine,
+      .ranks_per_process = backend == Backend::Threads ? world : 1};
+  const std::vector<MemoryLimit> limits = available_memory();
+  // The state after a step first: it is counted at once, and when it fits,
+  // the model is small enough for the peak's bucket plan to be quick.
+  check_memory(need, limits);
+  need.per_rank = peak_bytes(o.zero, o.model, world, 0, o.grad_accum, o.overlap).total();
+  check_memory(need, limits);
+}
+
 // Returns the warning the run's start prints, or "".
 std::string check_options(const TrainOptions& o, const Corpus& corpus) {
   check_optimizer(o);
@@ -175,7 +212,9 @@ std::string check_options(const TrainOptions& o, const Corpus& corpus) {
   }
   if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
+  // The checkpoint before the memory: a checkpoint's bad sizes are named as the checkpoint's.
   const std::string warning = check_start(o, corpus);
+  check_fits(o);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
   check_metrics_is_not_data(o.metrics, o.data);
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
@@ -302,11 +341,24 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
   }
   // Collective: the checkpoint of the run after steps_taken steps.
   const DataFingerprint data = fingerprint(corpus, o.val_fraction);
+  std::string last_saved;
   const auto save = [&](const std::string& path, std::size_t steps_taken) {
-    save_checkpoint(
-        path, comm, replica,
-        {.config = o.model, .step = steps_taken, .batch = B, .seed = o.seed, .world = p, .zero = o.zero, .data = data},
-        o.shared_files);
+    try {
+      save_checkpoint(path, comm, replica,
+                      {.config = o.model,
+                       .step = steps_taken,
+                       .batch = B,
+                       .seed = o.seed,
+                       .world = p,
+                       .zero = o.zero,
+                       .data = data},
+                      o.shared_files);
+    } catch (const NonFiniteCheckpoint& e) {
+      throw NonFiniteCheckpoint(fmt::format("{}; {}", e.what(),
+                                            last_saved.empty() ? "this run wrote no checkpoint before"
+                                                               : fmt::format("the last written is '{}'", last_saved)));
+    }
+    last_saved = path;
     if (r == 0) observer.on_checkpoint(path, steps_taken);
   };
   TrainSummary summary;

@@ -611,3 +611,85 @@ TEST(CheckpointTest, ADirectoryOfOnlyTheBestStepNamesIt) {
 
 }  // namespace
 }  // namespace tinyllm::train
+
+namespace tinyllm::train {
+namespace {
+
+// Turns one value of a rank's own chunk into inf after a step: the first
+// of its piece of one region (the parameters, or AdamW's exp_avg), as an
+// update that overflows would, and remembers the tensor it lies in.
+class Poison final : public TrainObserver {
+ public:
+  Poison(std::size_t step, int rank, Region region) : step_(step), rank_(rank), region_(region) {}
+
+  void after_step(dist::Comm& comm, Replica& replica, std::size_t step, double /*loss*/) override {
+    if (step != step_ || comm.rank() != rank_) return;
+    const std::size_t begin = static_cast<std::size_t>(region_) * replica.num_parameters();
+    for (const Piece& piece : replica.pieces()) {
+      if (piece.offset < begin || piece.values.empty()) continue;
+      const_cast<double&>(piece.values[0]) = std::numeric_limits<double>::infinity();
+      std::size_t offset = piece.offset;
+      for (const TensorInfo& t : checkpoint_tensors(replica.model())) {
+        if (offset < t.numel()) {
+          tensor = t.name;
+          break;
+        }
+        offset -= t.numel();
+      }
+      return;
+    }
+  }
+  void on_checkpoint(const std::string& path, std::size_t /*step*/) override {
+    saved.push_back(path);
+    saved_bytes.push_back(bytes_of(path));
+  }
+
+  std::string tensor;
+  std::vector<std::string> saved, saved_bytes;  // the paths and their bytes as written
+
+ private:
+  std::size_t step_;
+  int rank_;
+  Region region_;
+};
+
+// One process, and ZeRO-3 on two ranks with only rank 1's chunk of exp_avg
+// poisoned: every rank refuses step 2's checkpoint, and step 1's stays as
+// it was.
+TEST(CheckpointTest, AStateThatIsNotFiniteIsNeverSaved) {
+  const struct {
+    int world, zero, rank;
+    Region region;
+  } cases[] = {{1, 0, 0, Region::Params}, {2, 3, 1, Region::ExpAvg}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "world " << c.world << ", zero " << c.zero);
+    const testing::ScratchDir dir("tinyllm-ckpt-finite");
+    TrainOptions o = testing::tiny_run(c.world, c.zero);
+    o.steps = 3;
+    o.save_dir = dir / "run";
+    o.save_every = 1;
+    const std::string first = checkpoint_path(o.save_dir, 1);
+    Poison poison(1, c.rank, c.region);
+    try {
+      train(o, poison);
+      ADD_FAILURE() << "the run saved a state holding inf";
+    } catch (const std::runtime_error& e) {
+      // Every rank refuses; launch names the one whose failure came first.
+      const std::string what = e.what();
+      EXPECT_TRUE(what.starts_with("rank ")) << what;
+      EXPECT_EQ(what.substr(what.find(": ") + 2),
+                fmt::format("step 2's parameters and AdamW state hold 1 value that is not finite (the first in '{}'): "
+                            "checkpoint '{}' was not written; the last written is '{}'",
+                            poison.tensor, checkpoint_path(o.save_dir, 2), first));
+    }
+    ASSERT_EQ(poison.saved, std::vector<std::string>{first});
+    EXPECT_EQ(bytes_of(first), poison.saved_bytes[0]);
+    EXPECT_FALSE(std::filesystem::exists(checkpoint_path(o.save_dir, 2)));
+    EXPECT_EQ(find_checkpoint(o.save_dir), first);
+    EXPECT_TRUE(c.region == Region::Params ? poison.tensor == "wte.weight" : poison.tensor.ends_with(".exp_avg"))
+        << poison.tensor;
+  }
+}
+
+}  // namespace
+}  // namespace tinyllm::train

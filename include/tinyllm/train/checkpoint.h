@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,7 +77,15 @@ std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 // The tensors of a checkpoint of this model, in data order.
 std::vector<TensorInfo> checkpoint_tensors(const nn::GPT& model);
 
-// Collective: every rank writes its chunk (Replica::pieces()).
+// A checkpoint refused for holding a value that is not finite.
+struct NonFiniteCheckpoint : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Collective: every rank writes its chunk (Replica::pieces()). Every rank
+// throws NonFiniteCheckpoint, naming the step, the count and the first
+// tensor, when some rank's chunk of the parameters or AdamW state holds an
+// inf or a NaN; nothing is written then, and a file at path stays as it was.
 void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& replica, const CheckpointInfo& info,
                      SharedFiles shared = SharedFiles::Auto);
 

@@ -163,8 +163,10 @@ std::string start_checkpoint(const TrainOptions& options);
 optim::LRSchedule lr_schedule(const TrainOptions& options);
 
 // Checks everything it can before any rank starts (the data, the model's
-// sizes, the batch against world and grad_accum, the checkpoint to resume,
-// the save directory, the metrics file), then trains. std::invalid_argument
+// sizes, the batch against world and grad_accum, the model state's peak
+// per rank against the memory this machine and the process's rlimits
+// leave, the checkpoint to resume, the save directory, the metrics file),
+// then trains. std::invalid_argument
 // naming the value for bad options; std::runtime_error naming the step for
 // a loss that is not finite. A stop asked for (dist::request_stop) ends
 // the run after the step during which some rank first saw it, with that

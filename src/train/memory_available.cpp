@@ -1,0 +1,77 @@
+#include "memory_available.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <fstream>
+#include <stdexcept>
+
+namespace tinyllm::train {
+namespace {
+
+// The value of "<key>: <n> kB" in a /proc file, in bytes; 0 when absent.
+std::size_t proc_kib(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  std::string word;
+  while (in >> word) {
+    if (word == key + ":") {
+      std::size_t kib = 0;
+      in >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+std::string size(std::size_t bytes) {
+  const auto b = static_cast<double>(bytes);
+  return bytes >= (std::size_t{1} << 30) ? fmt::format("{:.1f} GiB", b / (1 << 30))
+                                         : fmt::format("{:.1f} MiB", b / (1 << 20));
+}
+
+int ranks_against(const MemoryNeed& need, const MemoryLimit& limit) {
+  return limit.per_process ? need.ranks_per_process : need.ranks_per_machine;
+}
+
+}  // namespace
+
+std::vector<MemoryLimit> available_memory() {
+  std::vector<MemoryLimit> limits;
+  if (const std::size_t free = proc_kib("/proc/meminfo", "MemAvailable"); free > 0)
+    limits.push_back({free, "MemAvailable in /proc/meminfo", false});
+  const struct {
+    int resource;
+    const char* used;  // what of it the process holds already (/proc/self/status)
+    const char* name;
+  } rlimits[] = {{RLIMIT_AS, "VmSize", "the address-space limit RLIMIT_AS (ulimit -v)"},
+                 {RLIMIT_DATA, "VmData", "the data-segment limit RLIMIT_DATA (ulimit -d)"}};
+  for (const auto& r : rlimits) {
+    rlimit limit{};
+    if (getrlimit(r.resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) continue;
+    const std::size_t used = proc_kib("/proc/self/status", r.used), cap = limit.rlim_cur;
+    limits.push_back(
+        {cap > used ? cap - used : 0, fmt::format("{}, less the {} this process maps", r.name, size(used)), true});
+  }
+  return limits;
+}
+
+void check_memory(const MemoryNeed& need, const std::vector<MemoryLimit>& limits) {
+  // The tightest limit: the least per rank that counts against it.
+  const MemoryLimit* tightest = nullptr;
+  double least = 0;
+  for (const MemoryLimit& limit : limits) {
+    const double per_rank = static_cast<double>(limit.bytes) / ranks_against(need, limit);
+    if (!tightest || per_rank < least) {
+      tightest = &limit;
+      least = per_rank;
+    }
+  }
+  if (!tightest || static_cast<double>(need.per_rank) <= least) return;
+  const int ranks = ranks_against(need, *tightest);
+  throw std::invalid_argument(fmt::format("{} needs at least {} per rank x {} rank{}{}, but {} are available ({})",
+                                          need.run, size(need.per_rank), ranks, ranks == 1 ? "" : "s",
+                                          tightest->per_process ? " in this process" : " on this machine",
+                                          size(tightest->bytes), tightest->name));
+}
+
+}  // namespace tinyllm::train

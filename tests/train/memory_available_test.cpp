@@ -1,0 +1,81 @@
+// The check that a run fits in the memory this machine lets it take,
+// against given limits, and the trainer refusing a model too large before
+// building any of it.
+#include "../../src/train/memory_available.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "support/expect_throw.h"
+#include "tinyllm/train/trainer.h"
+#include "train_testing.h"
+
+namespace tinyllm::train {
+namespace {
+
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+const MemoryLimit kMachine{.bytes = 8 * kGiB, .name = "MemAvailable in /proc/meminfo", .per_process = false};
+const MemoryLimit kProcess{.bytes = 3 * kGiB, .name = "RLIMIT_AS", .per_process = true};
+
+TEST(MemoryAvailableTest, ANeedWithinEveryLimitPasses) {
+  EXPECT_NO_THROW(check_memory({.run = "run", .per_rank = 2 * kGiB, .ranks_per_machine = 4}, {kMachine}));
+  EXPECT_NO_THROW(check_memory({.run = "run", .per_rank = 3 * kGiB}, {kMachine, kProcess}));
+  EXPECT_NO_THROW(check_memory({.run = "run", .per_rank = 1000 * kGiB}, {}));  // nothing known, nothing refused
+}
+
+TEST(MemoryAvailableTest, TheMachinesMemoryCountsEveryRankOnIt) {
+  EXPECT_THROW_WITH(check_memory({.run = "--layers 9", .per_rank = 2 * kGiB + 1, .ranks_per_machine = 4}, {kMachine}),
+                    std::invalid_argument,
+                    "--layers 9 needs at least 2.0 GiB per rank x 4 ranks on this machine, but 8.0 GiB are available "
+                    "(MemAvailable in /proc/meminfo)");
+}
+
+TEST(MemoryAvailableTest, AProcessLimitCountsOnlyTheRanksInTheProcess) {
+  // Forked ranks: one each, within 3 GiB; threads: all four in one.
+  const MemoryNeed procs{.run = "run", .per_rank = kGiB, .ranks_per_machine = 4, .ranks_per_process = 1};
+  EXPECT_NO_THROW(check_memory(procs, {kProcess}));
+  MemoryNeed threads = procs;
+  threads.ranks_per_process = 4;
+  EXPECT_THROW_WITH(check_memory(threads, {kMachine, kProcess}), std::invalid_argument,
+                    "needs at least 1.0 GiB per rank x 4 ranks in this process, but 3.0 GiB are available (RLIMIT_AS)");
+}
+
+TEST(MemoryAvailableTest, TheTightestLimitIsNamed) {
+  const MemoryNeed need{.run = "run", .per_rank = 5 * kGiB};
+  EXPECT_THROW_WITH(check_memory(need, {kMachine, kProcess}), std::invalid_argument, "(RLIMIT_AS)");
+  EXPECT_THROW_WITH(check_memory({.run = "run", .per_rank = 10 * kGiB}, {kProcess, kMachine}), std::invalid_argument,
+                    "(RLIMIT_AS)");
+  EXPECT_THROW_WITH(check_memory({.run = "run", .per_rank = 2 * kGiB, .ranks_per_machine = 8}, {kProcess, kMachine}),
+                    std::invalid_argument, "x 8 ranks on this machine, but 8.0 GiB are available (MemAvailable");
+}
+
+TEST(MemoryAvailableTest, SmallFiguresAreInMebibytes) {
+  EXPECT_THROW_WITH(check_memory({.run = "run", .per_rank = 3 << 20}, {{.bytes = 1 << 20, .name = "limit"}}),
+                    std::invalid_argument, "needs at least 3.0 MiB per rank x 1 rank on this machine, but 1.0 MiB");
+}
+
+TEST(MemoryAvailableTest, ThisMachineHasSomeMemoryAvailable) {
+  const std::vector<MemoryLimit> limits = available_memory();
+  ASSERT_FALSE(limits.empty());
+  EXPECT_EQ(limits[0].name, "MemAvailable in /proc/meminfo");
+  EXPECT_GT(limits[0].bytes, 0u);
+}
+
+// 100000 blocks of width 128 (2·10^10 parameters, some 600 GiB with AdamW)
+// on two ranks: refused at once, before any rank builds a tensor.
+TEST(MemoryAvailableTest, TheTrainerRefusesAModelLargerThanTheMachineBeforeBuildingIt) {
+  for (int zero : {0, 3}) {
+    TrainOptions o = testing::tiny_run(2, zero);
+    o.model.n_layer = 100000;
+    o.model.n_embd = 128;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW_WITH(train(o), std::invalid_argument, "per rank x 2 ranks");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }
+}
+
+}  // namespace
+}  // namespace tinyllm::train
