@@ -1,0 +1,179 @@
+#include "exact_sum.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
+#include "../support/target_clones.h"
+
+namespace tinyllm::dist {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// (x + c) − c with c = 1.5·2^52·u rounds x to a multiple of u (nearest, ties
+// to even) when |x| < 2^51·u: x + c then lies in [2^52·u, 2^53·u), where the
+// doubles are exactly the multiples of u, and the subtraction is exact. Without
+// -ffast-math (-fassociative-math) the compiler may not fold it to x; it
+// assumes the default rounding, to nearest. The limbs' ranges: |x| < 2^20 =
+// 2^40·u0; |x − q0| <= u0/2 = 2^39·u1; |r − q1| <= u1/2 = 2^39·u2. Each
+// remainder is exact: it is a multiple of x's own ulp no larger than |x|.
+constexpr double kRound0 = 0x1.8p52 * 0x1p-20;
+constexpr double kRound1 = 0x1.8p52 * 0x1p-60;
+constexpr double kRound2 = 0x1.8p52 * 0x1p-100;
+
+// x·2^1004 overflows to inf exactly when |x| >= 2^20 (scaling by a power of
+// two is exact), and 0·inf and 0·NaN are NaN, else ±0: the range check in
+// arithmetic. A select (|x| < 2^20 ? q0 : NaN) would be simpler, but GCC 12
+// does not vectorise a loop with one.
+constexpr double kOverflowsOutOfRange = 0x1p1004;
+static_assert(ExactSum::kMaxMagnitude * (kOverflowsOutOfRange / 2) == 0x1p1023,
+              "2^20 · 2^1004 = 2^1024, the first overflow");
+
+TINYLLM_CLONES void add_limbs(const double* __restrict x, double* __restrict limbs, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double xi = x[i];
+    const double q0 = ((xi + kRound0) - kRound0) + 0.0 * (xi * kOverflowsOutOfRange);
+    const double r1 = xi - q0;
+    const double q1 = (r1 + kRound1) - kRound1;
+    const double r2 = r1 - q1;
+    const double q2 = (r2 + kRound2) - kRound2;
+    limbs[3 * i] += q0;
+    limbs[3 * i + 1] += q1;
+    limbs[3 * i + 2] += q2;
+  }
+}
+
+// An unsigned integer of 6·64 bits, least significant word first: room for
+// Σ x² on the grid 2^-200 (each x² < 2^80, so below 2^280; 2^40 of them below 2^320)
+// and for the ranks' 40-bit limb sums added back at bit 40j.
+using u64 = std::uint64_t;
+using u128 = unsigned __int128;
+using Wide = std::array<u64, 6>;
+constexpr int kSquareGrid = 200;  // x² is counted in units of 2^-200
+constexpr int kLimbBits = 40;
+
+// a += v·2^s, for v < 2^128 and v·2^s below 2^384.
+void add_shifted(Wide& a, u128 v, unsigned s) {
+  const std::size_t w = s / 64;
+  const unsigned b = s % 64;
+  const u128 low = v << b;
+  const u64 pieces[3] = {static_cast<u64>(low), static_cast<u64>(low >> 64), b ? static_cast<u64>(v >> (128 - b)) : 0};
+  u64 carry = 0;
+  for (std::size_t i = w; i < a.size(); ++i) {
+    const u128 t = u128{a[i]} + (i - w < 3 ? pieces[i - w] : 0) + carry;
+    a[i] = static_cast<u64>(t);
+    carry = static_cast<u64>(t >> 64);
+    if (i - w >= 2 && carry == 0) break;
+  }
+}
+
+// The 64 bits of a from bit `from` up.
+u64 bits_from(const Wide& a, unsigned from) {
+  const std::size_t w = from / 64;
+  const unsigned b = from % 64;
+  const u64 high = w + 1 < a.size() && b ? a[w + 1] << (64 - b) : 0;
+  return (a[w] >> b) | high;
+}
+
+// x² on the grid, into a: x = m·2^e with m the 53-bit significand, so
+// x²·2^200 = m²·2^(2e + 200), truncated below 1. False when x is out of range.
+bool add_square(Wide& a, double x) {
+  if (!(std::abs(x) < kMaxSquaredMagnitude)) return false;
+  const u64 bits = std::bit_cast<u64>(x);
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  const u64 m = (bits & ((u64{1} << 52) - 1)) | (biased ? u64{1} << 52 : 0);
+  const int s = 2 * ((biased ? biased : 1) - 1075) + kSquareGrid;
+  const u128 square = u128{m} * m;
+  if (s >= 0) {
+    add_shifted(a, square, static_cast<unsigned>(s));
+  } else if (s > -128) {
+    add_shifted(a, square >> -s, 0);
+  }
+  return true;
+}
+
+// a·2^-200, correctly rounded: the top 64 bits with a sticky bit for the rest
+// round once, in the conversion to double.
+double wide_value(const Wide& a) {
+  int top = static_cast<int>(a.size()) - 1;
+  while (top >= 0 && a[top] == 0) --top;
+  if (top < 0) return 0.0;
+  const int highest_bit = 64 * top + 63 - std::countl_zero(a[top]);
+  if (highest_bit < 64) return std::ldexp(static_cast<double>(a[0]), -kSquareGrid);
+  const auto from = static_cast<unsigned>(highest_bit - 63);
+  bool sticky = (a[from / 64] & ((u64{1} << (from % 64)) - 1)) != 0;
+  for (std::size_t i = 0; i < from / 64; ++i) sticky |= a[i] != 0;
+  const u64 mantissa = bits_from(a, from) | (sticky ? 1 : 0);
+  return std::ldexp(static_cast<double>(mantissa), static_cast<int>(from) - kSquareGrid);
+}
+
+}  // namespace
+
+void ExactSum::resize(std::size_t n) {
+  limbs_.assign(kLimbs * n, 0.0);
+  terms_ = 0;
+}
+
+void ExactSum::clear() {
+  std::fill(limbs_.begin(), limbs_.end(), 0.0);
+  terms_ = 0;
+}
+
+void ExactSum::add(std::span<const double> x) {
+  if (x.size() != size()) {
+    throw std::invalid_argument(
+        fmt::format("ExactSum::add: a term of {} values added to a sum of {}", x.size(), size()));
+  }
+  if (terms_ == kMaxTerms) {
+    throw std::length_error(fmt::format("ExactSum::add: more than {} terms would no longer sum exactly", kMaxTerms));
+  }
+  add_limbs(x.data(), limbs_.data(), x.size());
+  ++terms_;
+}
+
+void ExactSum::result(std::span<double> out) const { exact_sum_value(limbs_, out); }
+
+void exact_sum_value(std::span<const double> limbs, std::span<double> out) {
+  if (limbs.size() != ExactSum::kLimbs * out.size()) {
+    throw std::invalid_argument(
+        fmt::format("exact_sum_value: {} limbs for {} values (3 per value)", limbs.size(), out.size()));
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = (limbs[3 * i] + limbs[3 * i + 1]) + limbs[3 * i + 2];
+  }
+}
+
+std::array<double, kSquareLimbs> exact_sum_of_squares(std::span<const double> x) {
+  Wide sum{};
+  for (const double xi : x) {
+    if (!add_square(sum, xi)) {
+      std::array<double, kSquareLimbs> nan;
+      nan.fill(kNaN);
+      return nan;
+    }
+  }
+  std::array<double, kSquareLimbs> limbs;
+  for (std::size_t j = 0; j < kSquareLimbs; ++j) {
+    limbs[j] = static_cast<double>(bits_from(sum, kLimbBits * j) & ((u64{1} << kLimbBits) - 1));
+  }
+  return limbs;
+}
+
+double exact_sum_of_squares_value(const std::array<double, kSquareLimbs>& summed_limbs) {
+  Wide sum{};
+  for (std::size_t j = 0; j < kSquareLimbs; ++j) {
+    const double limb = summed_limbs[j];
+    // A sum of up to 2^13 limbs below 2^40 is a whole number below 2^53.
+    if (!(limb >= 0 && limb < 0x1p53 && limb == std::floor(limb))) return kNaN;
+    add_shifted(sum, static_cast<u64>(limb), kLimbBits * j);
+  }
+  return wide_value(sum);
+}
+
+}  // namespace tinyllm::dist

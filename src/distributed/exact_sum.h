@@ -1,0 +1,76 @@
+// Sums whose bits do not depend on the order of their terms, nor on how the
+// terms are split among ranks (docs/BITWISE.md). Internal, not installed.
+//
+// ExactSum: each term ("leaf", one window's gradient) is split into three
+// limbs on fixed grids, q0 + q1 + q2 with q_k an integer multiple of u_k
+// (u0 = 2^-20, u1 = 2^-60, u2 = 2^-100). Sums of such integers are exact in
+// doubles while they stay below 2^53 units, so the limb arrays of any
+// number of ranks may be added in any order (an all_reduce or a
+// reduce_scatter does it) and still hold the exact sums S0, S1, S2; the
+// value is then the fixed expression (S0 + S1) + S2.
+//
+// Range: |term element| < 2^20 and at most 2^11 terms in all (over every
+// rank). An element out of range, inf or NaN becomes NaN in its limbs and
+// so in the sum. Resolution 2^-100: each term is rounded to that grid
+// (nearest, ties to even) once, as a property of the term, not of the split.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace tinyllm::dist {
+
+class ExactSum {
+ public:
+  static constexpr std::size_t kLimbs = 3;
+  static constexpr double kMaxMagnitude = 0x1p20;  // |element| must be below it
+  static constexpr std::size_t kMaxTerms = 2048;   // over every rank together
+
+  explicit ExactSum(std::size_t n = 0) { resize(n); }
+
+  // n values, all zero.
+  void resize(std::size_t n);
+  // Back to zero, keeping the size and the storage.
+  void clear();
+  std::size_t size() const { return limbs_.size() / kLimbs; }
+
+  // Adds one term of size() values. Throws std::invalid_argument when x has
+  // another size, std::length_error past kMaxTerms terms on this rank.
+  void add(std::span<const double> x);
+
+  // The 3·size() limbs, interleaved per element: [q0 q1 q2] of element 0,
+  // then of element 1, and so on. All of them sum across ranks in one
+  // all_reduce; element chunk [a, b) is the contiguous limb range
+  // [3a, 3b), which exact_sum_value turns into b − a values.
+  std::span<double> limbs() { return limbs_; }
+  std::span<const double> limbs() const { return limbs_; }
+
+  // out (size() values) becomes the sum; see exact_sum_value.
+  void result(std::span<double> out) const;
+
+ private:
+  std::vector<double> limbs_;
+  std::size_t terms_ = 0;
+};
+
+// out[i] = (S0 + S1) + S2 of limbs [3i, 3i + 3), for limbs summed over every
+// rank (or over a chunk's ranks: any contiguous run of whole elements).
+// Throws std::invalid_argument unless limbs.size() == 3·out.size().
+void exact_sum_value(std::span<const double> limbs, std::span<double> out);
+
+// Σ x² over a rank's values, exact in a wide integer on the grid 2^-200 and
+// handed out as kSquareLimbs doubles, each an integer below 2^40 (of the
+// integer's bits [40j, 40j + 40)). The ranks add these in doubles in any
+// order (exact for up to 2^13 ranks) and exact_sum_of_squares_value turns
+// the sums into the same double, correctly rounded, for every split of the
+// values among the ranks. Range: |x| < 2^40 and at most 2^40 values in all;
+// each x² is truncated to the grid. Any x out of range, inf or NaN makes
+// every limb NaN, and so the value.
+inline constexpr std::size_t kSquareLimbs = 8;
+inline constexpr double kMaxSquaredMagnitude = 0x1p40;  // |x| must be below it
+std::array<double, kSquareLimbs> exact_sum_of_squares(std::span<const double> x);
+double exact_sum_of_squares_value(const std::array<double, kSquareLimbs>& summed_limbs);
+
+}  // namespace tinyllm::dist
