@@ -43,7 +43,8 @@ std::vector<Vector> random_terms(std::mt19937_64& rng, std::size_t count, std::s
 
 // A random split of the terms among p ranks, each adding its own in a random
 // order into its own sum; then the ranks' limbs added elementwise in plain
-// doubles in a random rank order, as a collective would.
+// doubles, as a collective would, two random ranks' partial sums at a time
+// (any order and any tree of additions).
 Vector split_sum(std::mt19937_64& rng, const std::vector<Vector>& terms, int p) {
   const std::size_t n = terms[0].size();
   std::vector<ExactSum> ranks(static_cast<std::size_t>(p), ExactSum(n));
@@ -51,13 +52,16 @@ Vector split_sum(std::mt19937_64& rng, const std::vector<Vector>& terms, int p) 
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), rng);
   for (const std::size_t t : order) ranks[rng() % ranks.size()].add(terms[t]);
-  std::shuffle(ranks.begin(), ranks.end(), rng);
-  Vector limbs(ranks[0].limbs().begin(), ranks[0].limbs().end());
-  for (std::size_t q = 1; q < ranks.size(); ++q) {
-    for (std::size_t i = 0; i < limbs.size(); ++i) limbs[i] += ranks[q].limbs()[i];
+  std::vector<Vector> partial;
+  for (const ExactSum& rank : ranks) partial.emplace_back(rank.limbs().begin(), rank.limbs().end());
+  while (partial.size() > 1) {
+    std::shuffle(partial.begin(), partial.end(), rng);
+    Vector last = std::move(partial.back());
+    partial.pop_back();
+    for (std::size_t i = 0; i < last.size(); ++i) partial[0][i] += last[i];
   }
   Vector out(n);
-  exact_sum_value(limbs, out);
+  exact_sum_value(partial[0], out);
   return out;
 }
 
@@ -298,6 +302,8 @@ TEST(SumOfSquaresTest, IsTheExactSumCorrectlyRounded) {
     EXPECT_LE(std::abs(exact.approximate()), 0x1p-53 * reference + static_cast<double>(n) * 0x1p-200) << n;
   }
   EXPECT_EQ(split_sum_of_squares(rng, Vector{0x1p-90, 0x1p-100}, {1}), 0x1p-180 + 0x1p-200);
+  // 1 + 2^-53 + 2^-200: 2^-200 above the tie between 1 and 1 + 2^-52, so it rounds up.
+  EXPECT_EQ(split_sum_of_squares(rng, Vector{1.0, 0x1p-27, 0x1p-27, 0x1p-100}, {2}), 1.0 + 0x1p-52);
   EXPECT_EQ(split_sum_of_squares(rng, Vector{0x1p-101, 0.0}, {}), 0.0) << "below the grid";
   EXPECT_EQ(split_sum_of_squares(rng, Vector{}, {}), 0.0);
 }
