@@ -58,20 +58,40 @@ using Wide = std::array<u64, 6>;
 constexpr int kSquareGrid = 200;  // x² is counted in units of 2^-200
 constexpr int kLimbBits = 40;
 
-// a += v·2^s, for v < 2^128 and v·2^s below 2^384.
-void add_shifted(Wide& a, u128 v, unsigned s) {
-  const std::size_t w = s / 64;
-  const unsigned b = s % 64;
-  const u128 low = v << b;
-  const u64 pieces[3] = {static_cast<u64>(low), static_cast<u64>(low >> 64), b ? static_cast<u64>(v >> (128 - b)) : 0};
-  u64 carry = 0;
-  for (std::size_t i = w; i < a.size(); ++i) {
-    const u128 t = u128{a[i]} + (i - w < 3 ? pieces[i - w] : 0) + carry;
-    a[i] = static_cast<u64>(t);
-    carry = static_cast<u64>(t >> 64);
-    if (i - w >= 2 && carry == 0) break;
+// Σ v·2^s as a Wide, with the carries left for the end: each word adds the
+// 64-bit pieces that land on it in 128 bits (room for 2^64 of them), so an
+// add has no carry chain to follow.
+class WideSum {
+ public:
+  // v < 2^128 and v·2^s < 2^384.
+  void add(u128 v, unsigned s) {
+    const std::size_t w = s / 64;
+    const unsigned b = s % 64;
+    const u128 low = v << b;
+    words_[w] += static_cast<u64>(low);
+    words_[w + 1] += static_cast<u64>(low >> 64);
+    words_[w + 2] += static_cast<u64>((v >> 1) >> (127 - b));  // v >> (128 − b), 0 for b = 0
   }
-}
+
+  WideSum& operator+=(const WideSum& other) {
+    for (std::size_t i = 0; i < words_.size(); ++i) words_[i] += other.words_[i];
+    return *this;
+  }
+
+  Wide carried() const {
+    Wide a{};
+    u128 carry = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const u128 t = words_[i] + carry;
+      a[i] = static_cast<u64>(t);
+      carry = t >> 64;
+    }
+    return a;
+  }
+
+ private:
+  std::array<u128, 8> words_{};  // two past a Wide, for the pieces of an add at its top word
+};
 
 // The 64 bits of a from bit `from` up.
 u64 bits_from(const Wide& a, unsigned from) {
@@ -83,7 +103,7 @@ u64 bits_from(const Wide& a, unsigned from) {
 
 // x² on the grid, into a: x = m·2^e with m the 53-bit significand, so
 // x²·2^200 = m²·2^(2e + 200), truncated below 1. False when x is out of range.
-bool add_square(Wide& a, double x) {
+bool add_square(WideSum& a, double x) {
   if (!(std::abs(x) < kMaxSquaredMagnitude)) return false;
   const u64 bits = std::bit_cast<u64>(x);
   const int biased = static_cast<int>((bits >> 52) & 0x7ff);
@@ -91,9 +111,9 @@ bool add_square(Wide& a, double x) {
   const int s = 2 * ((biased ? biased : 1) - 1075) + kSquareGrid;
   const u128 square = u128{m} * m;
   if (s >= 0) {
-    add_shifted(a, square, static_cast<unsigned>(s));
+    a.add(square, static_cast<unsigned>(s));
   } else if (s > -128) {
-    add_shifted(a, square >> -s, 0);
+    a.add(square >> -s, 0);
   }
   return true;
 }
@@ -150,30 +170,33 @@ void exact_sum_value(std::span<const double> limbs, std::span<double> out) {
 }
 
 std::array<double, kSquareLimbs> exact_sum_of_squares(std::span<const double> x) {
-  Wide sum{};
-  for (const double xi : x) {
-    if (!add_square(sum, xi)) {
-      std::array<double, kSquareLimbs> nan;
-      nan.fill(kNaN);
-      return nan;
-    }
+  // Four sums, one for each element mod 4, so that their adds need not wait for each other.
+  std::array<WideSum, 4> sums;
+  bool in_range = true;
+  for (std::size_t i = 0; i < x.size(); ++i) in_range &= add_square(sums[i % 4], x[i]);
+  if (!in_range) {
+    std::array<double, kSquareLimbs> nan;
+    nan.fill(kNaN);
+    return nan;
   }
+  for (std::size_t k = 1; k < sums.size(); ++k) sums[0] += sums[k];
+  const Wide total = sums[0].carried();
   std::array<double, kSquareLimbs> limbs;
   for (std::size_t j = 0; j < kSquareLimbs; ++j) {
-    limbs[j] = static_cast<double>(bits_from(sum, kLimbBits * j) & ((u64{1} << kLimbBits) - 1));
+    limbs[j] = static_cast<double>(bits_from(total, kLimbBits * j) & ((u64{1} << kLimbBits) - 1));
   }
   return limbs;
 }
 
 double exact_sum_of_squares_value(const std::array<double, kSquareLimbs>& summed_limbs) {
-  Wide sum{};
+  WideSum sum;
   for (std::size_t j = 0; j < kSquareLimbs; ++j) {
     const double limb = summed_limbs[j];
     // A sum of up to 2^13 limbs below 2^40 is a whole number below 2^53.
     if (!(limb >= 0 && limb < 0x1p53 && limb == std::floor(limb))) return kNaN;
-    add_shifted(sum, static_cast<u64>(limb), kLimbBits * j);
+    sum.add(static_cast<u64>(limb), kLimbBits * j);
   }
-  return wide_value(sum);
+  return wide_value(sum.carried());
 }
 
 }  // namespace tinyllm::dist
