@@ -148,7 +148,7 @@ void ExactSum::clear() {
 void ExactSum::add(std::span<const double> x) {
   if (x.size() != size()) {
     throw std::invalid_argument(
-        fmt::format("ExactSum::add: a term of {} values added to a sum of {}", x.size(), size()));
+        fmt::format("ExactSum::add: a term of size {} added to a sum of size {}", x.size(), size()));
   }
   if (terms_ == kMaxTerms) {
     throw std::length_error(fmt::format("ExactSum::add: more than {} terms would no longer sum exactly", kMaxTerms));
