@@ -55,8 +55,9 @@ class ExactSum {
   std::size_t terms_ = 0;
 };
 
-// out[i] = (S0 + S1) + S2 of limbs [3i, 3i + 3), for limbs summed over every
-// rank (or over a chunk's ranks: any contiguous run of whole elements).
+// out[i] = (S0 + S1) + S2 of limbs [3i, 3i + 3): the limbs of any run of
+// whole elements summed over every rank, such as a rank's chunk after a
+// reduce-scatter.
 // Throws std::invalid_argument unless limbs.size() == 3·out.size().
 void exact_sum_value(std::span<const double> limbs, std::span<double> out);
 
