@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 
 namespace tinyllm::train {
@@ -33,12 +35,53 @@ int ranks_against(const MemoryNeed& need, const MemoryLimit& limit) {
   return limit.per_process ? need.ranks_per_process : need.ranks_per_machine;
 }
 
+// The number a cgroup file holds; nothing when it is absent or says "max".
+std::optional<std::size_t> file_number(const std::string& path) {
+  std::ifstream in(path);
+  std::size_t value = 0;
+  if (in >> value) return value;
+  return std::nullopt;
+}
+
+// The number of the line "<key> <n>" of a cgroup's memory.stat.
+std::optional<std::size_t> stat_number(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string name;
+  std::size_t value = 0;
+  while (in >> name >> value) {
+    if (name == key) return value;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<MemoryLimit> cgroup_memory(const std::string& root) {
+  // cgroup v2 names the files memory.*; v1 (its memory/ folder) the older
+  // names, where "no limit" is a number near 2^63 rather than "max".
+  const bool v2 = std::filesystem::exists(root + "/memory.max");
+  const std::string limit_file = root + (v2 ? "/memory.max" : "/memory.limit_in_bytes");
+  const auto limit = file_number(limit_file);
+  const auto usage = file_number(root + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+  if (!limit || !usage || *limit >= (std::size_t{1} << 62)) return std::nullopt;
+  const std::size_t cache = stat_number(root + "/memory.stat", v2 ? "file" : "total_cache").value_or(0);
+  const std::size_t held = *usage > cache ? *usage - cache : 0;
+  return MemoryLimit{*limit > held ? *limit - held : 0,
+                     fmt::format("the memory cgroup's limit of {} ({}), less the {} its processes hold", size(*limit),
+                                 limit_file, size(held)),
+                     false};
+}
 
 std::vector<MemoryLimit> available_memory() {
   std::vector<MemoryLimit> limits;
   if (const std::size_t free = proc_kib("/proc/meminfo", "MemAvailable"); free > 0)
     limits.push_back({free, "MemAvailable in /proc/meminfo", false});
+  for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/memory"}) {
+    if (const std::optional<MemoryLimit> group = cgroup_memory(root)) {
+      limits.push_back(*group);
+      break;
+    }
+  }
   const struct {
     int resource;
     const char* used;  // what of it the process holds already (/proc/self/status)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,17 @@ struct MemoryLimit {
   bool per_process = false;
 };
 
-// MemAvailable from /proc/meminfo, and RLIMIT_AS and RLIMIT_DATA less what
-// this process already maps, those that are known and set.
+// MemAvailable from /proc/meminfo, the memory cgroup's limit (a container's
+// --memory, which MemAvailable does not see) less what the group holds, and
+// RLIMIT_AS and RLIMIT_DATA less what this process already maps: those that
+// are known and set.
 std::vector<MemoryLimit> available_memory();
+
+// The memory cgroup's limit less its usage without the page cache (which
+// the kernel reclaims before it kills), read under cgroup_root (the
+// /sys/fs/cgroup of cgroup v2, or its memory/ folder under v1); nothing
+// when there is no limit or the files are absent.
+std::optional<MemoryLimit> cgroup_memory(const std::string& cgroup_root);
 
 // What a run needs of them.
 struct MemoryNeed {

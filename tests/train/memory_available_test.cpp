@@ -3,9 +3,13 @@
 // building any of it.
 #include "../../src/train/memory_available.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <stdexcept>
 
 #include "support/expect_throw.h"
@@ -62,6 +66,40 @@ TEST(MemoryAvailableTest, ThisMachineHasSomeMemoryAvailable) {
   ASSERT_FALSE(limits.empty());
   EXPECT_EQ(limits[0].name, "MemAvailable in /proc/meminfo");
   EXPECT_GT(limits[0].bytes, 0u);
+}
+
+// Fake cgroup folders: a container's --memory, seen through either version's
+// files, less what its processes hold without the page cache.
+TEST(MemoryAvailableTest, AMemoryCgroupsLimitCountsLessWhatTheGroupHolds) {
+  const testing::ScratchDir dir("tinyllm-cgroup");
+  const auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
+  EXPECT_FALSE(cgroup_memory(dir / "absent"));
+
+  write("memory.max", "4294967296\n");
+  write("memory.current", "3221225472\n");
+  write("memory.stat", "anon 2147483648\nfile 1073741824\nkernel 0\n");
+  const std::optional<MemoryLimit> v2 = cgroup_memory(dir.path());
+  ASSERT_TRUE(v2);
+  EXPECT_EQ(v2->bytes, 2 * kGiB);
+  EXPECT_FALSE(v2->per_process);
+  EXPECT_EQ(v2->name,
+            fmt::format("the memory cgroup's limit of 4.0 GiB ({}/memory.max), less the 2.0 GiB its processes "
+                        "hold",
+                        dir.path().string()));
+  EXPECT_THROW_WITH(check_memory({.run = "run", .per_rank = kGiB, .ranks_per_machine = 3}, {kMachine, *v2}),
+                    std::invalid_argument, "x 3 ranks on this machine, but 2.0 GiB are available (the memory cgroup's");
+  write("memory.max", "max\n");
+  EXPECT_FALSE(cgroup_memory(dir.path()));
+
+  std::filesystem::remove(dir / "memory.max");
+  write("memory.limit_in_bytes", "9223372036854771712\n");  // v1's "no limit"
+  write("memory.usage_in_bytes", "1610612736\n");
+  write("memory.stat", "cache 1\nrss 2\ntotal_cache 536870912\n");
+  EXPECT_FALSE(cgroup_memory(dir.path()));
+  write("memory.limit_in_bytes", "2147483648\n");
+  const std::optional<MemoryLimit> v1 = cgroup_memory(dir.path());
+  ASSERT_TRUE(v1);
+  EXPECT_EQ(v1->bytes, kGiB);
 }
 
 // 100000 blocks of width 128 (2·10^10 parameters, some 600 GiB with AdamW)
