@@ -35,10 +35,10 @@
 
 namespace {
 
+using tinyllm::bench::seconds_per_call;
 using tinyllm::dist::chunk_bounds;
 using tinyllm::dist::Comm;
 using tinyllm::dist::ReduceOp;
-using tinyllm::bench::seconds_per_call;
 
 const std::vector<std::string> kOps = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
 std::vector<std::size_t> kSizes = {std::size_t{8} << 10, std::size_t{1} << 20, std::size_t{16} << 20,

@@ -16,8 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "tinyllm/distributed/errors.h"
 #include "../support/check.h"
+#include "tinyllm/distributed/errors.h"
 
 namespace tinyllm::dist::detail {
 namespace {

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "../support/target_clones.h"
 #include "../support/check.h"
+#include "../support/target_clones.h"
 
 namespace tinyllm::optim {
 

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "tinyllm/tensor/autograd.h"
 #include "../support/check.h"
+#include "tinyllm/tensor/autograd.h"
 
 namespace tinyllm {
 namespace {

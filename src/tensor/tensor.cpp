@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "tinyllm/tensor/autograd.h"
 #include "../support/check.h"
+#include "tinyllm/tensor/autograd.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/ops.h"
 

@@ -59,19 +59,17 @@ bool passes_while_peer_waits(Mode mode, bool overlap) {
     }
     // After the optimizer's own hooks, so stage 3's gathers come first.
     const auto on_output = [](const std::shared_ptr<nn::Linear>& layer, std::function<void()> fn) {
-      return layer->register_forward_hook([fn](const nn::Module&, const Tensor& output) {
-        output.register_hook([fn](const Tensor&) { fn(); });
-      });
+      return layer->register_forward_hook(
+          [fn](const nn::Module&, const Tensor& output) { output.register_hook([fn](const Tensor&) { fn(); }); });
     };
-    RemovableHandle point = comm.rank() == 0 ? on_output(net->fc1, [&passed] { passed = true; })
-                                             : on_output(net->fc2, [&passed, &seen] {
-                                                 const auto deadline =
-                                                     std::chrono::steady_clock::now() + std::chrono::seconds(2);
-                                                 while (!passed && std::chrono::steady_clock::now() < deadline) {
-                                                   std::this_thread::yield();
-                                                 }
-                                                 seen = passed.load();
-                                               });
+    RemovableHandle point =
+        comm.rank() == 0 ? on_output(net->fc1, [&passed] { passed = true; }) : on_output(net->fc2, [&passed, &seen] {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+          while (!passed && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::yield();
+          }
+          seen = passed.load();
+        });
     tiny_loss(*net, 0, 4 * static_cast<std::size_t>(comm.rank()), 4).backward();
     if (ddp) {
       ddp->sync_grads();
@@ -102,45 +100,45 @@ TEST_P(OverlapFailureTest, ARankThatThrowsMidBackwardFailsTheOthersFast) {
     SCOPED_TRACE(mode_name(mode));
     const auto start = std::chrono::steady_clock::now();
     EXPECT_THROW_WITH(
-        run_ranks(
-            GetParam(), 3,
-            [&](Comm& comm) {
-              auto net = std::make_shared<TinyNet>(7);
-              const dist::BucketOptions buckets{.bucket_bytes = 8, .first_bucket_bytes = 8, .overlap = true};
-              std::unique_ptr<dist::DDP> ddp;
-              std::unique_ptr<dist::ZeroOptimizer> zo;
-              if (mode == Mode::Ddp) {
-                ddp = std::make_unique<dist::DDP>(net, comm, buckets);
-              } else {
-                dist::ZeroOptions options;
-                options.buckets = buckets;
-                if (mode == Mode::Zero3) options.units = {net->fc1, net->fc2};
-                zo = std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory({}), net->parameters(), comm,
-                                                           static_cast<int>(mode), options);
-                zo->gather();
-                zo->zero_grad();
-              }
-              RemovableHandle point = net->fc1->register_forward_hook([&comm](const nn::Module&, const Tensor& out) {
-                out.register_hook([&comm](const Tensor&) {
-                  if (comm.rank() == 1) throw std::runtime_error("backward failed on purpose");
-                });
-              });
-              try {
-                tiny_loss(*net, 0, 4 * static_cast<std::size_t>(comm.rank()), 4).backward();
-                if (ddp) {
-                  ddp->sync_grads();
-                } else {
-                  zo->step();
-                }
-              } catch (const dist::CommError& error) {
-                EXPECT_NE(std::string(error.what()).find("aborted: rank 1 failed: backward failed on purpose"),
-                          std::string::npos)
-                    << error.what();
-                throw;
-              }
-              ADD_FAILURE() << "rank " << comm.rank() << " finished its step";
-            },
-            {.timeout = std::chrono::seconds(30)}),
+        run_ranks(GetParam(), 3,
+                  [&](Comm& comm) {
+                    auto net = std::make_shared<TinyNet>(7);
+                    const dist::BucketOptions buckets{.bucket_bytes = 8, .first_bucket_bytes = 8, .overlap = true};
+                    std::unique_ptr<dist::DDP> ddp;
+                    std::unique_ptr<dist::ZeroOptimizer> zo;
+                    if (mode == Mode::Ddp) {
+                      ddp = std::make_unique<dist::DDP>(net, comm, buckets);
+                    } else {
+                      dist::ZeroOptions options;
+                      options.buckets = buckets;
+                      if (mode == Mode::Zero3) options.units = {net->fc1, net->fc2};
+                      zo = std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory({}), net->parameters(), comm,
+                                                                 static_cast<int>(mode), options);
+                      zo->gather();
+                      zo->zero_grad();
+                    }
+                    RemovableHandle point =
+                        net->fc1->register_forward_hook([&comm](const nn::Module&, const Tensor& out) {
+                          out.register_hook([&comm](const Tensor&) {
+                            if (comm.rank() == 1) throw std::runtime_error("backward failed on purpose");
+                          });
+                        });
+                    try {
+                      tiny_loss(*net, 0, 4 * static_cast<std::size_t>(comm.rank()), 4).backward();
+                      if (ddp) {
+                        ddp->sync_grads();
+                      } else {
+                        zo->step();
+                      }
+                    } catch (const dist::CommError& error) {
+                      EXPECT_NE(std::string(error.what()).find("aborted: rank 1 failed: backward failed on purpose"),
+                                std::string::npos)
+                          << error.what();
+                      throw;
+                    }
+                    ADD_FAILURE() << "rank " << comm.rank() << " finished its step";
+                  },
+                  {.timeout = std::chrono::seconds(30)}),
         std::runtime_error, "rank 1: backward failed on purpose");
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   }

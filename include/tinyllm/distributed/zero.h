@@ -191,7 +191,7 @@ class ZeroOptimizer {
   std::unique_ptr<FlatGrads> grads_;  // stage 1: every .grad, a view of one flat vector
   std::vector<Slot> slots_;           // stages 2, 3: two when overlapping, else one
   std::size_t next_slot_ = 0;
-  std::vector<char> summed_;          // by a bucket's first parameter: its mean is in the chunk's grad
+  std::vector<char> summed_;  // by a bucket's first parameter: its mean is in the chunk's grad
   std::unique_ptr<GradBuckets> buckets_;
   Tensor master_chunk_;  // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
