@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "launcher_env.h"
 #include "tinyllm/train/checkpoint.h"
 
 namespace tinyllm::train {
@@ -25,10 +26,7 @@ namespace fs = std::filesystem;
 // environment names rank 0, which speaks for the directory.
 bool is_launchers_rank_0(Backend backend) {
   if (backend != Backend::Mpi) return true;
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
-    if (const char* rank = std::getenv(name)) return std::string_view(rank) == "0";
-  }
-  return true;
+  return launcher_number({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}).value_or(0) == 0;
 }
 
 // " (pid N)" from the holder's lock file, or "" before the holder wrote it.

@@ -12,12 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <stdexcept>
 
 #include "../distributed/payload.h"
+#include "launcher_env.h"
 #include "memory_available.h"
 #include "save_dir.h"
 #include "tinyllm/distributed/stop.h"
@@ -157,14 +157,6 @@ void check_optimizer(const TrainOptions& o) {
   check_in("--eps", o.adamw.eps, 0, 1, "]");
 }
 
-// The first of the launcher's variables that is set, as a count; 0: none.
-int launcher_count(std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    if (const char* value = std::getenv(name)) return std::atoi(value);
-  }
-  return 0;
-}
-
 // The model state's peak on rank 0 (the largest chunk), for every rank on
 // this machine, against the memory it may take. Under mpirun the world and
 // this machine's share of it come from the launcher (Open MPI's variables,
@@ -173,8 +165,8 @@ void check_fits(const TrainOptions& o) {
   const Backend backend = resolve_backend(o.backend, o.world);
   int world = o.world, on_machine = o.world;
   if (backend == Backend::Mpi) {
-    if (world == 0) world = launcher_count({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
-    on_machine = std::max(1, launcher_count({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}));
+    if (world == 0) world = launcher_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}).value_or(0);
+    on_machine = std::max(1, launcher_number({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(1));
   }
   if (world < 1) return;
   MemoryNeed need{
