@@ -19,11 +19,11 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buc
   broadcast_params(comm_, params_);
   grads_ = std::make_unique<FlatGrads>(params_);
   stream_ = std::make_unique<CommStream>(comm_, buckets.overlap);
-  buckets_ =
-      std::make_unique<GradBuckets>(params_, make_buckets(params_, buckets, "DDP"), *stream_, [this](const Bucket& b) {
-        const std::span<double> grads = grads_->adopt(b.first, b.last);
-        stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
-      });
+  buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, buckets, "DDP"), *stream_,
+                                           [this](const Bucket& b) {
+                                             const std::span<double> grads = grads_->adopt(b.first, b.last);
+                                             stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
+                                           });
 }
 
 DDP::~DDP() = default;
