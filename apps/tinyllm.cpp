@@ -143,6 +143,9 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   add_integer(app, "--grad-accum", o.grad_accum, "micro-batches per step", 1);
   app.add_flag("--overlap", o.overlap,
                "on procs and mpi, reduce each gradient bucket on a communication thread while backward goes on");
+  app.add_flag("--bitwise", o.bitwise,
+               "the same bits as one process at any --world, --zero, --grad-accum and backend: one backward per "
+               "window, the windows' gradients summed exactly (docs/BITWISE.md)");
   app.add_flag("--decay-all", o.decay_all,
                "weight decay on every parameter (default: the matrices and embeddings only, as GPT-2)");
   app.add_option("--clip", o.clip, "clip the global gradient norm to this (0: off)")->capture_default_str();
@@ -195,7 +198,8 @@ std::string describe_update(const train::TrainOptions& o) {
                              ? fmt::format("lr {:g} constant", schedule.lr())
                              : fmt::format("lr {:g} cosine (warmup {} step{}, down to {:g} at step {})", schedule.lr(),
                                            s.warmup_steps, s.warmup_steps == 1 ? "" : "s", s.min_lr, s.decay_steps);
-  return fmt::format("{}, {}", lr, o.clip > 0 ? fmt::format("clip {:g}", o.clip) : "no clipping");
+  return fmt::format("{}, {}{}", lr, o.clip > 0 ? fmt::format("clip {:g}", o.clip) : "no clipping",
+                     o.bitwise ? ", bitwise" : "");
 }
 
 // Prints on rank 0: a live line on a terminal, plain lines when piped.
@@ -339,11 +343,16 @@ int run_verify(const train::TrainOptions& o) {
   };
   train::verify(o, on_start, [&](const train::VerifyStep& v) {
     worst = std::max(worst, v.worst());
-    within = within && v.worst() <= train::kVerifyTolerance;  // false for a NaN, which std::max drops
+    // False for a NaN, which std::max drops.
+    within = within && (o.bitwise ? v.one_process_bits : v.worst() <= train::kVerifyTolerance);
     same_bits = same_bits && v.same_bits;
     fmt::print("{:>5}  {:>10.6f}  {:>9.2e}  {:>9.2e}  {:>9.2e}  {:>10.2e}  {}\n", v.step + 1, v.loss, v.loss_diff,
                v.params_diff, v.exp_avg_diff, v.exp_avg_sq_diff, v.same_bits ? "yes" : "NO");
-    if (v.step + 1 == o.steps && within && same_bits) {
+    if (v.step + 1 == o.steps && within && same_bits && o.bitwise) {
+      fmt::print(
+          "verify --bitwise passed: every step's loss, parameters and AdamW state equal one process's bit for bit, "
+          "on every rank\n");
+    } else if (v.step + 1 == o.steps && within && same_bits) {
       fmt::print(
           "verify passed: every step within {:.0e} of one process (largest difference {:.2e}), the same bits "
           "on every rank\n",

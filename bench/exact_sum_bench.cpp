@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "../src/distributed/exact_sum.h"
+#include "tinyllm/distributed/exact_sum.h"
 
 namespace {
 

@@ -1,10 +1,14 @@
 #include "tinyllm/distributed/ddp.h"
 
+#include <cmath>
 #include <stdexcept>
 
+#include "bitwise_grads.h"
 #include "comm_stream.h"
 #include "flat.h"
 #include "grad_buckets.h"
+#include "tinyllm/distributed/exact_sum.h"
+#include "tinyllm/optim/clip_grad.h"
 #include "tinyllm/tensor/deferred_init.h"
 
 namespace tinyllm::dist {
@@ -21,9 +25,11 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buc
   stream_ = std::make_unique<CommStream>(comm_, buckets.overlap);
   buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, buckets, "DDP"), *stream_,
                                            [this](const Bucket& b) {
+                                             if (bitwise_) return bitwise_->add(b.first, b.last);
                                              const std::span<double> grads = grads_->adopt(b.first, b.last);
                                              stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
                                            });
+  if (buckets.bitwise) bitwise_ = std::make_unique<BitwiseGrads>(params_, 0, /*drop_grads=*/false);
 }
 
 DDP::~DDP() = default;
@@ -32,12 +38,32 @@ bool DDP::overlapping() const { return stream_->overlapping(); }
 
 void DDP::sync_grads() {
   stream_->synchronize();
+  if (bitwise_) {
+    if (buckets_->touched()) add_leaf();  // a backward since the last add_leaf()
+    bitwise_->all_reduce_mean(comm_, grads_->adopt(), "DDP::sync_grads");
+    return;
+  }
   check_every_rank_has_grads(comm_, params_, buckets_->touched(), "DDP::sync_grads");
   buckets_->flush();
 }
 
 NoSyncGuard DDP::no_sync() { return NoSyncGuard(*buckets_); }
 
-std::size_t DDP::grad_bytes() const { return grads_->held() * sizeof(double); }
+void DDP::add_leaf() {
+  if (!bitwise_) throw std::logic_error("DDP::add_leaf: only in bitwise mode (BucketOptions::bitwise)");
+  buckets_->flush();  // adds the buckets backward has not
+  bitwise_->end_leaf();
+}
+
+double DDP::clip_grad_norm(double max_norm) {
+  if (!bitwise_) return optim::clip_grad_norm(params_, max_norm);
+  const std::span<double> grads = grads_->adopt();
+  const double total_norm = std::sqrt(exact_sum_of_squares_value(exact_sum_of_squares(grads)));
+  const double coefficient = optim::clip_coefficient(total_norm, max_norm);
+  for (double& g : grads) g *= coefficient;
+  return total_norm;
+}
+
+std::size_t DDP::grad_bytes() const { return (grads_->held() + (bitwise_ ? bitwise_->held() : 0)) * sizeof(double); }
 
 }  // namespace tinyllm::dist

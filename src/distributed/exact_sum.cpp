@@ -1,4 +1,4 @@
-#include "exact_sum.h"
+#include "tinyllm/distributed/exact_sum.h"
 
 #include <fmt/format.h>
 
@@ -35,7 +35,8 @@ constexpr double kOverflowsOutOfRange = 0x1p1004;
 static_assert(ExactSum::kMaxMagnitude * (kOverflowsOutOfRange / 2) == 0x1p1023,
               "2^20 · 2^1004 = 2^1024, the first overflow");
 
-TINYLLM_CLONES void add_limbs(const double* __restrict x, double* __restrict limbs, std::size_t n) {
+TINYLLM_CLONES void add_limbs(const double* __restrict x, double* __restrict s0, double* __restrict s1,
+                              double* __restrict s2, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const double xi = x[i];
     const double q0 = ((xi + kRound0) - kRound0) + 0.0 * (xi * kOverflowsOutOfRange);
@@ -43,9 +44,9 @@ TINYLLM_CLONES void add_limbs(const double* __restrict x, double* __restrict lim
     const double q1 = (r1 + kRound1) - kRound1;
     const double r2 = r1 - q1;
     const double q2 = (r2 + kRound2) - kRound2;
-    limbs[3 * i] += q0;
-    limbs[3 * i + 1] += q1;
-    limbs[3 * i + 2] += q2;
+    s0[i] += q0;
+    s1[i] += q1;
+    s2[i] += q2;
   }
 }
 
@@ -137,6 +138,7 @@ double wide_value(const Wide& a) {
 
 void ExactSum::resize(std::size_t n) {
   limbs_.assign(kLimbs * n, 0.0);
+  n_ = n;
   terms_ = 0;
 }
 
@@ -145,28 +147,48 @@ void ExactSum::clear() {
   terms_ = 0;
 }
 
+void ExactSum::check_room() const {
+  if (terms_ == kMaxTerms) {
+    throw std::length_error(fmt::format("ExactSum: more than {} terms would no longer sum exactly", kMaxTerms));
+  }
+}
+
 void ExactSum::add(std::span<const double> x) {
   if (x.size() != size()) {
     throw std::invalid_argument(
         fmt::format("ExactSum::add: a term of size {} added to a sum of size {}", x.size(), size()));
   }
-  if (terms_ == kMaxTerms) {
-    throw std::length_error(fmt::format("ExactSum::add: more than {} terms would no longer sum exactly", kMaxTerms));
+  add_part(0, x);
+  end_term();
+}
+
+void ExactSum::add_part(std::size_t offset, std::span<const double> x) {
+  if (offset > n_ || x.size() > n_ - offset) {
+    throw std::out_of_range(fmt::format("ExactSum::add_part: elements [{}, {}) of a sum of size {}", offset,
+                                        offset + x.size(), n_));
   }
-  add_limbs(x.data(), limbs_.data(), x.size());
+  check_room();
+  double* s0 = limbs_.data() + offset;
+  add_limbs(x.data(), s0, s0 + n_, s0 + 2 * n_, x.size());
+}
+
+void ExactSum::end_term() {
+  check_room();
   ++terms_;
 }
 
-void ExactSum::result(std::span<double> out) const { exact_sum_value(limbs_, out); }
+void ExactSum::result(std::span<double> out) const {
+  const std::span<const double> all = limbs_;
+  exact_sum_value(all.first(n_), all.subspan(n_, n_), all.subspan(2 * n_), out);
+}
 
-void exact_sum_value(std::span<const double> limbs, std::span<double> out) {
-  if (limbs.size() != ExactSum::kLimbs * out.size()) {
-    throw std::invalid_argument(
-        fmt::format("exact_sum_value: {} limbs for {} values (3 per value)", limbs.size(), out.size()));
+void exact_sum_value(std::span<const double> s0, std::span<const double> s1, std::span<const double> s2,
+                     std::span<double> out) {
+  if (s0.size() != out.size() || s1.size() != out.size() || s2.size() != out.size()) {
+    throw std::invalid_argument(fmt::format("exact_sum_value: limbs of {}, {} and {} values for {} values", s0.size(),
+                                            s1.size(), s2.size(), out.size()));
   }
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = (limbs[3 * i] + limbs[3 * i + 1]) + limbs[3 * i + 2];
-  }
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = (s0[i] + s1[i]) + s2[i];
 }
 
 std::array<double, kSquareLimbs> exact_sum_of_squares(std::span<const double> x) {

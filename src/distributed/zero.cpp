@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "bitwise_grads.h"
 #include "comm_stream.h"
 #include "flat.h"
 #include "grad_buckets.h"
@@ -90,6 +91,7 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   // A second slot lets the next bucket be taken while one is reduced.
   slots_.resize(stream_->overlapping() ? std::min<std::size_t>(2, buckets_->buckets().size()) : 1);
   make_groups(units);
+  if (options.buckets.bitwise) bitwise_ = std::make_unique<BitwiseGrads>(params_, b_ - a_, /*drop_grads=*/stage_ > 1);
   summed_.assign(params_.size(), 0);
 
   master_chunk_ = Tensor::empty({b_ - a_});
@@ -202,6 +204,12 @@ void ZeroOptimizer::step() {
 void ZeroOptimizer::reduce_grads() {
   if (reduced_) return;
   stream_->synchronize();
+  if (bitwise_) {
+    if (buckets_->touched()) add_leaf();  // a backward since the last add_leaf()
+    bitwise_->reduce_scatter_mean(comm_, master_chunk_.mutable_grad(), "ZeroOptimizer::step");
+    reduced_ = true;
+    return;
+  }
   check_every_rank_has_grads(comm_, params_, buckets_->touched(), "ZeroOptimizer::step");
   // 1 and 2. The buckets that backward has not reduced (all of them when
   // the grads were set by hand), as it would have: see reduce_bucket().
@@ -223,6 +231,11 @@ void ZeroOptimizer::reduce_grads() {
 // (the slot, and this bucket's part of the chunk's gradient, which no other
 // bucket shares).
 void ZeroOptimizer::reduce_bucket(const Bucket& bucket) {
+  if (bitwise_) {
+    bitwise_->add(bucket.first, bucket.last);
+    release_unit_of(bucket);
+    return;
+  }
   if (stage_ == 1) {
     const std::span<double> grads = grads_->adopt(bucket.first, bucket.last);
     stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
@@ -249,6 +262,12 @@ void ZeroOptimizer::reduce_bucket(const Bucket& bucket) {
       for (std::size_t i = 0; i < part.size(); ++i) out[i] += part[i];
     }
   });
+  release_unit_of(bucket);
+}
+
+// Stage 3: a unit's bucket is reduced (or, in bitwise mode, added) once
+// backward is over for it, and its parameters are not needed until the next forward.
+void ZeroOptimizer::release_unit_of(const Bucket& bucket) {
   for (std::size_t g : unit_groups_) {
     if (groups_[g].first == bucket.first) release_group(g);
   }
@@ -290,19 +309,31 @@ void ZeroOptimizer::zero_grad() {
   master_chunk_.zero_grad();
   std::fill(summed_.begin(), summed_.end(), 0);
   buckets_->clear();
+  if (bitwise_) bitwise_->clear();
   if (grads_) grads_->allocate();  // stage 1: the next backward's home
   reduced_ = false;
 }
 
 NoSyncGuard ZeroOptimizer::no_sync() { return NoSyncGuard(*buckets_); }
 
+void ZeroOptimizer::add_leaf() {
+  if (!bitwise_) throw std::logic_error("ZeroOptimizer::add_leaf: only in bitwise mode (BucketOptions::bitwise)");
+  buckets_->flush();  // adds the buckets backward has not
+  bitwise_->end_leaf();
+}
+
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   reduce_grads();
   const std::span<double> chunk_grad = master_chunk_.grad();
-  double squares = 0;
-  for (double g : chunk_grad) squares += g * g;
-  comm_.all_reduce({&squares, 1}, ReduceOp::Sum);
-  const double total_norm = std::sqrt(squares);
+  double total_norm = 0;
+  if (bitwise_) {
+    total_norm = exact_norm(comm_, chunk_grad);
+  } else {
+    double squares = 0;
+    for (double g : chunk_grad) squares += g * g;
+    comm_.all_reduce({&squares, 1}, ReduceOp::Sum);
+    total_norm = std::sqrt(squares);
+  }
   const double coefficient = optim::clip_coefficient(total_norm, max_norm);
   for (double& g : chunk_grad) g *= coefficient;
   if (stage_ == 1) {
@@ -316,6 +347,7 @@ MemoryBytes ZeroOptimizer::memory_bytes() const {
   std::size_t params = 0, grads = master_chunk_.grad().size();
   for (const Slot& slot : slots_) grads += slot.staging.size() + slot.part.size();
   for (const Tensor& p : params_) params += p.impl().data.size();
+  if (bitwise_) grads += bitwise_->held();
   if (grads_) {
     grads += grads_->held();
   } else {

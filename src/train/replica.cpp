@@ -60,16 +60,18 @@ optim::NoDecay no_decay_per_tensor(const std::vector<Tensor>& params) {
 }  // namespace
 
 Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm& comm, int zero,
-                 bool overlap, bool decay_all)
-    : model_(std::move(model)), params_(model_->parameters()), comm_(comm), zero_(zero) {
+                 bool overlap, bool decay_all, bool bitwise)
+    : model_(std::move(model)), params_(model_->parameters()), comm_(comm), zero_(zero), bitwise_(bitwise) {
   if (zero_ < 0 || zero_ > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", zero_));
   n_ = model_->num_parameters();
   std::tie(a_, b_) = dist::chunk_bounds(n_, comm_.size(), comm_.rank());
   dist::BucketOptions buckets;
   buckets.overlap = overlap;
+  buckets.bitwise = bitwise;
   if (zero_ == 0) {
-    // One rank alone is the plain AdamW loop, the reference DDP equals.
-    if (comm_.size() > 1) ddp_ = std::make_unique<dist::DDP>(model_, comm_, buckets);
+    // One rank alone is the plain AdamW loop, the reference DDP equals
+    // (in bitwise mode, DDP's exact sum over the leaves on one rank).
+    if (comm_.size() > 1 || bitwise_) ddp_ = std::make_unique<dist::DDP>(model_, comm_, buckets);
     adamw_ =
         std::make_unique<optim::AdamW>(params_, adamw, decay_all ? optim::NoDecay{} : no_decay_per_tensor(params_));
   } else {
@@ -94,6 +96,13 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
 Replica::~Replica() = default;
 
 double Replica::backward(const Batch& batch, std::size_t grad_accum) {
+  if (bitwise_) {
+    dist::ExactSum losses = backward_leaves(batch);
+    comm_.all_reduce(losses.limbs(), dist::ReduceOp::Sum);
+    double sum = 0;
+    losses.result({&sum, 1});
+    return sum / static_cast<double>(batch.batch * static_cast<std::size_t>(comm_.size()));
+  }
   const std::size_t T = batch.seq, rows = batch.batch / grad_accum;
   double loss_sum = 0;
   for (std::size_t m = 0; m < grad_accum; ++m) {
@@ -110,7 +119,26 @@ double Replica::backward(const Batch& batch, std::size_t grad_accum) {
     if (m + 1 < grad_accum && zero_ == 1) quiet.emplace(zero_optimizer_->no_sync());
     loss.backward();
   }
+  comm_.all_reduce({&loss_sum, 1}, dist::ReduceOp::Mean);
   return loss_sum;
+}
+
+dist::ExactSum Replica::backward_leaves(const Batch& batch) {
+  const std::size_t T = batch.seq;
+  dist::ExactSum losses(1);
+  for (std::size_t row = 0; row < batch.batch; ++row) {
+    Tensor loss = model_->loss(std::span(batch.inputs).subspan(row * T, T), std::span(batch.targets).subspan(row * T, T),
+                               1, T);
+    const double value = loss.item();
+    losses.add({&value, 1});
+    loss.backward();
+    if (ddp_) {
+      ddp_->add_leaf();
+    } else {
+      zero_optimizer_->add_leaf();
+    }
+  }
+  return losses;
 }
 
 double Replica::eval_loss(const Batch& batch) {
@@ -135,8 +163,12 @@ double Replica::step(double clip) {
     zero_optimizer_->step();
     return norm;
   }
-  if (ddp_) ddp_->sync_grads();
-  if (clip > 0) norm = optim::clip_grad_norm(params_, clip);
+  if (ddp_) {
+    ddp_->sync_grads();
+    if (clip > 0) norm = ddp_->clip_grad_norm(clip);
+  } else if (clip > 0) {
+    norm = optim::clip_grad_norm(params_, clip);
+  }
   adamw_->step();
   return norm;
 }

@@ -30,11 +30,11 @@ RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero) {
     model = std::make_shared<nn::GPT>(o.model, o.seed);
   }
   const std::string path = start_checkpoint(o);
-  if (path.empty()) return {std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all), 0};
+  if (path.empty()) return {std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all, o.bitwise), 0};
   // The file stays open until the Replica has made its values from it.
   const SafetensorsFile from = SafetensorsFile::open(path);
   load_model(from, *model);
-  RunStart start{std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all), 0};
+  RunStart start{std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all, o.bitwise), 0};
   if (!o.resume.empty()) {
     start.step = read_checkpoint_info(from).step;
     start.replica->load_optimizer_state(from, static_cast<double>(start.step));
@@ -50,7 +50,6 @@ StepResult train_step(dist::Comm& comm, Replica& replica, const Corpus& train, c
   result.loss =
       replica.backward(train.batch(step, o.batch, o.model.block_size, comm.rank(), comm.size()), o.grad_accum);
   result.peak = max_of(result.peak, replica.memory_bytes());
-  comm.all_reduce({&result.loss, 1}, dist::ReduceOp::Mean);
   if (!std::isfinite(result.loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", result.loss, step));
   result.lr = schedule.get_lr(step);
   replica.set_lr(result.lr);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -30,8 +32,8 @@ struct Verdict {
   bool failed_same_bits = true;
 };
 using VerdictPayload = dist::Payload<Verdict, [](auto& v, auto& io) {
-  io(v.now.loss_diff, v.now.params_diff, v.now.exp_avg_diff, v.now.exp_avg_sq_diff, v.now.same_bits, v.failed,
-     v.failed_step, v.failed_worst, v.failed_same_bits);
+  io(v.now.loss_diff, v.now.params_diff, v.now.exp_avg_diff, v.now.exp_avg_sq_diff, v.now.same_bits,
+     v.now.one_process_bits, v.failed, v.failed_step, v.failed_worst, v.failed_same_bits);
 }>;
 
 class VerifyObserver final : public TrainObserver {
@@ -70,8 +72,12 @@ class VerifyObserver final : public TrainObserver {
     if (comm.rank() == 0 && on_step_) on_step_(result);
     if (step + 1 == options_.steps && verdict.failed) {
       throw std::runtime_error(
-          !verdict.failed_same_bits
-              ? fmt::format("verify failed: at step {} the ranks do not hold the same bits", verdict.failed_step)
+          !verdict.failed_same_bits ? fmt::format("verify failed: at step {} the ranks do not hold the same bits",
+                                                  verdict.failed_step)
+          : options_.bitwise
+              ? fmt::format("verify --bitwise failed: at step {} the ranks' bits differ from one process's "
+                            "(largest difference {:.3g})",
+                            verdict.failed_step, verdict.failed_worst)
               : fmt::format("verify failed: at step {} the ranks differ from one process by {:.3g} (tolerance {:.0e})",
                             verdict.failed_step, verdict.failed_worst, tolerance_));
     }
@@ -90,14 +96,24 @@ class VerifyObserver final : public TrainObserver {
   Verdict judge(std::size_t step, double loss, const std::vector<std::vector<double>>& mine,
                 const std::vector<std::uint64_t>& hashes, std::uint64_t h) {
     const double reference_loss = reference_step(step);
+    std::uint64_t reference_hash = tinyllm::detail::kFnv1aBasis;
+    std::array<double, kNumRegions> diffs{};
+    for (int g = 0; g < kNumRegions; ++g) {
+      const std::vector<double> values = reference_->full(static_cast<Region>(g));
+      reference_hash = tinyllm::detail::fnv1a(std::as_bytes(std::span(values)), reference_hash);
+      diffs[static_cast<std::size_t>(g)] = max_abs_diff(mine[static_cast<std::size_t>(g)], values);
+    }
     Verdict verdict = failure_;
     verdict.now = {.loss_diff = std::abs(loss - reference_loss),
-                   .params_diff = max_abs_diff(mine[0], reference_->full(Region::Params)),
-                   .exp_avg_diff = max_abs_diff(mine[1], reference_->full(Region::ExpAvg)),
-                   .exp_avg_sq_diff = max_abs_diff(mine[2], reference_->full(Region::ExpAvgSq)),
-                   .same_bits = std::all_of(hashes.begin(), hashes.end(), [h](std::uint64_t q) { return q == h; })};
+                   .params_diff = diffs[0],
+                   .exp_avg_diff = diffs[1],
+                   .exp_avg_sq_diff = diffs[2],
+                   .same_bits = std::all_of(hashes.begin(), hashes.end(), [h](std::uint64_t q) { return q == h; }),
+                   .one_process_bits = h == reference_hash && std::bit_cast<std::uint64_t>(loss) ==
+                                                                  std::bit_cast<std::uint64_t>(reference_loss)};
     const double worst = verdict.now.worst();
-    if (!verdict.failed && (!(worst <= tolerance_) || !verdict.now.same_bits)) {
+    const bool close = options_.bitwise ? verdict.now.one_process_bits : worst <= tolerance_;
+    if (!verdict.failed && (!close || !verdict.now.same_bits)) {
       verdict.failed = true;
       verdict.failed_step = step;
       verdict.failed_worst = worst;

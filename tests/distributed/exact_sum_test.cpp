@@ -1,4 +1,4 @@
-#include "../../src/distributed/exact_sum.h"
+#include "tinyllm/distributed/exact_sum.h"
 
 #include <gtest/gtest.h>
 
@@ -61,8 +61,9 @@ Vector split_sum(std::mt19937_64& rng, const std::vector<Vector>& terms, int p) 
     partial.pop_back();
     for (std::size_t i = 0; i < last.size(); ++i) partial[0][i] += last[i];
   }
+  const std::span<const double> limbs = partial[0];
   Vector out(n);
-  exact_sum_value(partial[0], out);
+  exact_sum_value(limbs.first(n), limbs.subspan(n, n), limbs.subspan(2 * n), out);
   return out;
 }
 
@@ -161,14 +162,34 @@ TEST(ExactSumTest, ElementsOutOfRangeOrNotFiniteBecomeNaNAlone) {
   EXPECT_EQ(out[8], 3.0);
 }
 
-TEST(ExactSumTest, AChunkOfTheLimbsGivesThatChunkOfTheSum) {
+TEST(ExactSumTest, AChunkOfEachLimbGivesThatChunkOfTheSum) {
   std::mt19937_64 rng(3);
   ExactSum sum(10);
   for (const Vector& term : random_terms(rng, 5, 10)) sum.add(term);
   Vector whole(10), chunk(4);
   sum.result(whole);
-  exact_sum_value(sum.limbs().subspan(3 * 3, 3 * 4), chunk);
+  exact_sum_value(sum.limb(0).subspan(3, 4), sum.limb(1).subspan(3, 4), sum.limb(2).subspan(3, 4), chunk);
   EXPECT_TRUE(same_bits(chunk, Vector(whole.begin() + 3, whole.begin() + 7)));
+}
+
+TEST(ExactSumTest, ATermAddedInPartsEqualsTheWholeTerm) {
+  std::mt19937_64 rng(5);
+  const std::vector<Vector> terms = random_terms(rng, 4, 9);
+  ExactSum whole(9), parts(9);
+  for (const Vector& term : terms) {
+    whole.add(term);
+    const std::span<const double> x = term;
+    parts.add_part(5, x.subspan(5));  // in any order of the parts
+    parts.add_part(0, x.first(5));
+    parts.end_term();
+  }
+  Vector a(9), b(9);
+  whole.result(a);
+  parts.result(b);
+  EXPECT_TRUE(same_bits(a, b));
+  EXPECT_EQ(parts.terms(), 4u);
+  EXPECT_THROW_WITH(parts.add_part(7, Vector(3)), std::out_of_range,
+                    "ExactSum::add_part: elements [7, 10) of a sum of size 9");
 }
 
 TEST(ExactSumTest, ClearKeepsTheSizeAndStartsFromZero) {
@@ -188,13 +209,14 @@ TEST(ExactSumTest, RefusesATermOfAnotherSizeAndTermsPastTheLimit) {
                     "ExactSum::add: a term of size 1 added to a sum of size 2");
   for (std::size_t t = 0; t < ExactSum::kMaxTerms; ++t) sum.add(Vector{1.0, 1.0});
   EXPECT_THROW_WITH(sum.add(Vector{1.0, 1.0}), std::length_error,
-                    "ExactSum::add: more than 2048 terms would no longer sum exactly");
+                    "ExactSum: more than 2048 terms would no longer sum exactly");
+  EXPECT_THROW_WITH(sum.end_term(), std::length_error, "ExactSum: more than 2048 terms would no longer sum exactly");
   Vector out(2);
   sum.result(out);
   EXPECT_EQ(out[0], 2048.0);
   Vector three(3);
-  EXPECT_THROW_WITH(exact_sum_value(sum.limbs(), three), std::invalid_argument,
-                    "exact_sum_value: 6 limbs for 3 values (3 per value)");
+  EXPECT_THROW_WITH(exact_sum_value(sum.limb(0), sum.limb(1), sum.limb(2), three), std::invalid_argument,
+                    "exact_sum_value: limbs of 2, 2 and 2 values for 3 values");
 }
 
 TEST(ExactSumTest, AllReduceOfTheLimbsGivesTheSameBitsOnEveryRankForEveryWorldSize) {

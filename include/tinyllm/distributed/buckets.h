@@ -27,6 +27,16 @@ struct BucketOptions {
   // MPI_THREAD_SERIALIZED), the collectives stay synchronous, said once
   // on stderr.
   bool overlap = false;
+  // Bitwise mode (docs/BITWISE.md): the gradient is the same bits for any
+  // number of ranks and any split of the batch. The batch is cut into
+  // leaves of fixed shape (a window each, in tinyllm's trainer); after each
+  // leaf's backward, add_leaf() adds its gradient to an exact sum and
+  // zeroes it, and backward reduces nothing. The step's reduction sums the
+  // leaves of every rank exactly and divides by their number; clip_grad_norm
+  // takes Σg² exactly. At most ExactSum::kMaxTerms leaves per step in all.
+  // The cost: three times the gradient's traffic, and the limbs (3n values,
+  // and 3 chunks under ZeRO) beside a full gradient on every rank.
+  bool bitwise = false;
 };
 
 struct Bucket {

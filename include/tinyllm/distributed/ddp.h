@@ -34,6 +34,7 @@
 
 namespace tinyllm::dist {
 
+class BitwiseGrads;
 class CommStream;
 class FlatGrads;
 class GradBuckets;
@@ -72,6 +73,15 @@ class DDP : public nn::Module {
   void sync_grads();
   // While the guard lives, backward sends nothing.
   NoSyncGuard no_sync();
+  // Bitwise mode only (BucketOptions::bitwise): after each leaf's backward,
+  // ends the leaf, whose gradients backward has added bucket by bucket into
+  // the step's exact sum (and zeroed); sync_grads() then makes every grad the
+  // mean over the leaves of every rank (ending a leaf still open).
+  // std::logic_error outside bitwise mode.
+  void add_leaf();
+  // After sync_grads(): optim::clip_grad_norm over the parameters, the same
+  // on every rank, as their gradients are; in bitwise mode with Σg² exact.
+  double clip_grad_norm(double max_norm);
 
   // Gradient bytes this rank holds: the bucket, which lives as long as DDP
   // (the next backward's home), and any grad kept outside it.
@@ -85,6 +95,7 @@ class DDP : public nn::Module {
   std::vector<Tensor> params_;  // module_'s, in parameters() order
   std::unique_ptr<FlatGrads> grads_;
   std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<BitwiseGrads> bitwise_;  // in bitwise mode only
   // Last, so it is destroyed first: no collective outlives the buffers it uses.
   std::unique_ptr<CommStream> stream_;
 };

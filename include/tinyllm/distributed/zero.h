@@ -86,6 +86,7 @@ struct ZeroOptions {
   int prefetch = 1;
 };
 
+class BitwiseGrads;
 class CommStream;
 class FlatGrads;
 class FlatParams;
@@ -124,6 +125,13 @@ class ZeroOptimizer {
   void zero_grad();
   // While the guard lives, backward sends nothing.
   NoSyncGuard no_sync();
+  // Bitwise mode only (BucketOptions::bitwise): after each leaf's backward,
+  // ends the leaf, whose gradients backward has added bucket by bucket into
+  // the step's exact sum (zeroing stage 1's .grad, dropping stages 2 and
+  // 3's). step() and clip_grad_norm() then reduce the sums into the chunk's
+  // gradient, the mean over the leaves of every rank; stage 1's .grad
+  // stays zero. std::logic_error outside bitwise mode.
+  void add_leaf();
 
   // Collective; call after the last backward and before step(). Clips the
   // gradient to a global 2-norm of max_norm, exactly as clip_grad_norm on
@@ -173,6 +181,7 @@ class ZeroOptimizer {
   // Steps 1 and 2 of step(): the reductions backward has not done, once per step.
   void reduce_grads();
   void reduce_bucket(const Bucket& bucket);
+  void release_unit_of(const Bucket& bucket);
   void gather_group(std::size_t g);
   void all_gather_group(std::size_t g);
   void release_group(std::size_t g);
@@ -193,6 +202,7 @@ class ZeroOptimizer {
   std::size_t next_slot_ = 0;
   std::vector<char> summed_;  // by a bucket's first parameter: its mean is in the chunk's grad
   std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<BitwiseGrads> bitwise_;  // in bitwise mode only
   Tensor master_chunk_;  // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
   std::vector<RemovableHandle> unit_hooks_;

@@ -18,6 +18,7 @@
 
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/distributed/ddp.h"
+#include "tinyllm/distributed/exact_sum.h"
 #include "tinyllm/distributed/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
@@ -33,17 +34,22 @@ class Replica {
   // outlive the Replica. overlap: dist::BucketOptions::overlap. Weight decay takes
   // the tensors of two or more dimensions only, the matrices and the
   // embeddings (GPT-2's and nanoGPT's rule: not the biases and LayerNorm
-  // gains), or every parameter with decay_all. std::invalid_argument for a
+  // gains), or every parameter with decay_all. bitwise: dist::BucketOptions::bitwise,
+  // one leaf per window, so that the step is the same bits at any world size
+  // (docs/BITWISE.md); zero 0 then runs DDP even on one rank. std::invalid_argument for a
   // zero outside 0..3.
   Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adamw, dist::Comm& comm, int zero,
-          bool overlap = false, bool decay_all = false);
+          bool overlap = false, bool decay_all = false, bool bitwise = false);
   ~Replica();
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 
-  // This rank's backward of its rows of a step: grad_accum micro-batches
-  // of equal rows, each one's mean loss scaled by 1/grad_accum. Returns
-  // the sum of the scaled losses (this rank's mean loss).
+  // Collective. This rank's backward of its rows of a step: grad_accum
+  // micro-batches of equal rows, each one's mean loss scaled by
+  // 1/grad_accum. In bitwise mode, one backward per row instead (each its
+  // own micro-batch; grad_accum changes nothing). Returns the step's loss,
+  // the mean over the rows of every rank (which must hold as many rows as
+  // this one), the same bits on every rank.
   double backward(const Batch& batch, std::size_t grad_accum);
   // The mean loss of the batch's rows under no-grad, touching no gradient:
   // for evaluation between steps. Collective in stage 3 (each block is
@@ -87,6 +93,7 @@ class Replica {
   nn::GPT& model() const { return *model_; }
   std::size_t num_parameters() const { return n_; }
   int zero() const { return zero_; }
+  bool bitwise() const { return bitwise_; }
   // This rank's chunk [a, b) of the flat vectors.
   std::pair<std::size_t, std::size_t> chunk() const { return {a_, b_}; }
 
@@ -96,11 +103,14 @@ class Replica {
   std::vector<std::span<const double>> segments(Region region) const;
   // The AdamW that steps this rank's values.
   optim::Optimizer& optimizer() const;
+  // backward() in bitwise mode: this rank's sum of its rows' losses, exact.
+  dist::ExactSum backward_leaves(const Batch& batch);
 
   std::shared_ptr<nn::GPT> model_;
   std::vector<Tensor> params_;
   dist::Comm& comm_;
   int zero_;
+  bool bitwise_;
   std::size_t n_ = 0, a_ = 0, b_ = 0;
   std::unique_ptr<dist::DDP> ddp_;
   std::unique_ptr<optim::AdamW> adamw_;  // one process and DDP

@@ -66,6 +66,9 @@ struct TrainOptions {
   // The buckets' collectives (and stage 3's gathers) on a communication
   // thread beside backward (dist::BucketOptions::overlap); same results.
   bool overlap = false;
+  // The same bits at any world size, stage and backend (docs/BITWISE.md):
+  // one forward and backward per window, summed exactly (Replica's bitwise).
+  bool bitwise = false;
   // Seconds a rank waits for the others in a collective before the run
   // fails naming the collective and the late rank, in [0.001, 1e9].
   double timeout = 300;

@@ -1,5 +1,5 @@
 // Sums whose bits do not depend on the order of their terms, nor on how the
-// terms are split among ranks (docs/BITWISE.md). Internal, not installed.
+// terms are split among ranks (docs/BITWISE.md): the sums under bitwise mode.
 //
 // ExactSum: each term ("leaf", one window's gradient) is split into three
 // limbs on fixed grids, q0 + q1 + q2 with q_k an integer multiple of u_k
@@ -34,32 +34,42 @@ class ExactSum {
   void resize(std::size_t n);
   // Back to zero, keeping the size and the storage.
   void clear();
-  std::size_t size() const { return limbs_.size() / kLimbs; }
+  std::size_t size() const { return n_; }
+  std::size_t terms() const { return terms_; }
 
   // Adds one term of size() values. Throws std::invalid_argument when x has
   // another size, std::length_error past kMaxTerms terms on this rank.
   void add(std::span<const double> x);
+  // A term given in parts: add_part adds x to elements [offset, offset +
+  // x.size()) of the current term (elements no part names are zero), and
+  // end_term counts it. std::out_of_range past size(); the same
+  // std::length_error as add.
+  void add_part(std::size_t offset, std::span<const double> x);
+  void end_term();
 
-  // The 3·size() limbs, interleaved per element: [q0 q1 q2] of element 0,
-  // then of element 1, and so on. All of them sum across ranks in one
-  // all_reduce; element chunk [a, b) is the contiguous limb range
-  // [3a, 3b), which exact_sum_value turns into b − a values.
+  // All 3·size() limbs, limb-major: limb(0), limb(1), limb(2) end to end, so
+  // that one all_reduce carries them, and each limb's element chunk [a, b)
+  // is a contiguous range that a reduce_scatter of limb(k) leaves on its rank.
   std::span<double> limbs() { return limbs_; }
   std::span<const double> limbs() const { return limbs_; }
+  std::span<double> limb(std::size_t k) { return std::span(limbs_).subspan(k * n_, n_); }
 
   // out (size() values) becomes the sum; see exact_sum_value.
   void result(std::span<double> out) const;
 
  private:
+  void check_room() const;  // the length_error past kMaxTerms
+
   std::vector<double> limbs_;
+  std::size_t n_ = 0;
   std::size_t terms_ = 0;
 };
 
-// out[i] = (S0 + S1) + S2 of limbs [3i, 3i + 3): the limbs of any run of
-// whole elements summed over every rank, such as a rank's chunk after a
-// reduce-scatter.
-// Throws std::invalid_argument unless limbs.size() == 3·out.size().
-void exact_sum_value(std::span<const double> limbs, std::span<double> out);
+// out[i] = (S0[i] + S1[i]) + S2[i]: the limbs of any run of elements summed
+// over every rank, such as a rank's chunk of each limb after a reduce-scatter.
+// Throws std::invalid_argument unless every span has out's size.
+void exact_sum_value(std::span<const double> s0, std::span<const double> s1, std::span<const double> s2,
+                     std::span<double> out);
 
 // Σ x² over a rank's values, exact in a wide integer on the grid 2^-200 and
 // handed out as kSquareLimbs doubles, each an integer below 2^40 (of the

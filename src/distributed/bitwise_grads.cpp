@@ -1,0 +1,73 @@
+#include "bitwise_grads.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "flat.h"
+
+namespace tinyllm::dist {
+
+BitwiseGrads::BitwiseGrads(std::vector<Tensor> params, std::size_t chunk, bool drop_grads)
+    : params_(std::move(params)),
+      drop_grads_(drop_grads),
+      sum_(flat_length(params_)),
+      chunk_limbs_(ExactSum::kLimbs * chunk) {
+  std::size_t offset = 0;
+  for (const Tensor& p : params_) {
+    offsets_.push_back(offset);
+    offset += p.numel();
+  }
+}
+
+void BitwiseGrads::add(std::size_t first, std::size_t last) {
+  for (std::size_t i = first; i < last; ++i) {
+    const std::span<double> grad = params_[i].grad();
+    if (grad.empty()) continue;
+    sum_.add_part(offsets_[i], grad);
+    if (drop_grads_) {
+      params_[i].zero_grad();
+    } else {
+      std::fill(grad.begin(), grad.end(), 0.0);
+    }
+  }
+}
+
+double BitwiseGrads::leaves(Comm& comm, const char* who) {
+  // Counts below 2^53 sum exactly in any order.
+  double count = static_cast<double>(sum_.terms());
+  comm.all_reduce({&count, 1}, ReduceOp::Sum);
+  if (count == 0) {
+    throw std::invalid_argument(
+        fmt::format("{}: bitwise mode, but no rank added a leaf (call add_leaf() after each leaf's backward)", who));
+  }
+  return count;
+}
+
+void BitwiseGrads::all_reduce_mean(Comm& comm, std::span<double> flat, const char* who) {
+  const double count = leaves(comm, who);
+  comm.all_reduce(sum_.limbs(), ReduceOp::Sum);
+  sum_.result(flat);
+  for (double& g : flat) g /= count;
+  sum_.clear();
+}
+
+void BitwiseGrads::reduce_scatter_mean(Comm& comm, std::span<double> chunk, const char* who) {
+  const double count = leaves(comm, who);
+  const std::span<double> s(chunk_limbs_);
+  const std::size_t m = chunk.size();
+  for (std::size_t k = 0; k < ExactSum::kLimbs; ++k) comm.reduce_scatter(sum_.limb(k), s.subspan(k * m, m), ReduceOp::Sum);
+  exact_sum_value(s.first(m), s.subspan(m, m), s.subspan(2 * m), chunk);
+  for (double& g : chunk) g /= count;
+  sum_.clear();
+}
+
+double exact_norm(Comm& comm, std::span<const double> x) {
+  std::array<double, kSquareLimbs> limbs = exact_sum_of_squares(x);
+  comm.all_reduce(limbs, ReduceOp::Sum);
+  return std::sqrt(exact_sum_of_squares_value(limbs));
+}
+
+}  // namespace tinyllm::dist
