@@ -58,7 +58,8 @@ void BitwiseGrads::reduce_scatter_mean(Comm& comm, std::span<double> chunk, cons
   const double count = leaves(comm, who);
   const std::span<double> s(chunk_limbs_);
   const std::size_t m = chunk.size();
-  for (std::size_t k = 0; k < ExactSum::kLimbs; ++k) comm.reduce_scatter(sum_.limb(k), s.subspan(k * m, m), ReduceOp::Sum);
+  for (std::size_t k = 0; k < ExactSum::kLimbs; ++k)
+    comm.reduce_scatter(sum_.limb(k), s.subspan(k * m, m), ReduceOp::Sum);
   exact_sum_value(s.first(m), s.subspan(m, m), s.subspan(2 * m), chunk);
   for (double& g : chunk) g /= count;
   sum_.clear();

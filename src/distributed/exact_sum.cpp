@@ -164,8 +164,8 @@ void ExactSum::add(std::span<const double> x) {
 
 void ExactSum::add_part(std::size_t offset, std::span<const double> x) {
   if (offset > n_ || x.size() > n_ - offset) {
-    throw std::out_of_range(fmt::format("ExactSum::add_part: elements [{}, {}) of a sum of size {}", offset,
-                                        offset + x.size(), n_));
+    throw std::out_of_range(
+        fmt::format("ExactSum::add_part: elements [{}, {}) of a sum of size {}", offset, offset + x.size(), n_));
   }
   check_room();
   double* s0 = limbs_.data() + offset;

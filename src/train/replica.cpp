@@ -127,8 +127,8 @@ dist::ExactSum Replica::backward_leaves(const Batch& batch) {
   const std::size_t T = batch.seq;
   dist::ExactSum losses(1);
   for (std::size_t row = 0; row < batch.batch; ++row) {
-    Tensor loss = model_->loss(std::span(batch.inputs).subspan(row * T, T), std::span(batch.targets).subspan(row * T, T),
-                               1, T);
+    Tensor loss =
+        model_->loss(std::span(batch.inputs).subspan(row * T, T), std::span(batch.targets).subspan(row * T, T), 1, T);
     const double value = loss.item();
     losses.add({&value, 1});
     loss.backward();

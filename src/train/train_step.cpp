@@ -30,7 +30,8 @@ RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero) {
     model = std::make_shared<nn::GPT>(o.model, o.seed);
   }
   const std::string path = start_checkpoint(o);
-  if (path.empty()) return {std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all, o.bitwise), 0};
+  if (path.empty())
+    return {std::make_unique<Replica>(model, o.adamw, comm, zero, o.overlap, o.decay_all, o.bitwise), 0};
   // The file stays open until the Replica has made its values from it.
   const SafetensorsFile from = SafetensorsFile::open(path);
   load_model(from, *model);

@@ -20,6 +20,7 @@
 #include "launcher_env.h"
 #include "memory_available.h"
 #include "save_dir.h"
+#include "tinyllm/distributed/exact_sum.h"
 #include "tinyllm/distributed/stop.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
@@ -203,6 +204,10 @@ std::string check_options(const TrainOptions& o, const Corpus& corpus) {
                                             corpus.name(), corpus.size(), o.model.block_size));
   }
   if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
+  if (o.bitwise && o.batch > dist::ExactSum::kMaxTerms) {
+    throw std::invalid_argument(fmt::format("--bitwise sums at most {} windows exactly per step (got --batch {})",
+                                            dist::ExactSum::kMaxTerms, o.batch));
+  }
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   // The checkpoint before the memory: a checkpoint's bad sizes are named as the checkpoint's.
   const std::string warning = check_start(o, corpus);

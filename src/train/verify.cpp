@@ -72,8 +72,8 @@ class VerifyObserver final : public TrainObserver {
     if (comm.rank() == 0 && on_step_) on_step_(result);
     if (step + 1 == options_.steps && verdict.failed) {
       throw std::runtime_error(
-          !verdict.failed_same_bits ? fmt::format("verify failed: at step {} the ranks do not hold the same bits",
-                                                  verdict.failed_step)
+          !verdict.failed_same_bits
+              ? fmt::format("verify failed: at step {} the ranks do not hold the same bits", verdict.failed_step)
           : options_.bitwise
               ? fmt::format("verify --bitwise failed: at step {} the ranks' bits differ from one process's "
                             "(largest difference {:.3g})",

@@ -22,6 +22,9 @@ struct GptCase {
 };
 
 class GptEquality : public ::testing::TestWithParam<GptCase> {};
+// Bitwise mode (dist::BucketOptions::bitwise): the same run, one leaf per
+// window and clipped, gives one process's bits exactly.
+class GptBitwise : public ::testing::TestWithParam<GptCase> {};
 
 // Every mode on each of the worlds.
 std::vector<GptCase> gpt_cases(Backend backend, std::vector<int> worlds);

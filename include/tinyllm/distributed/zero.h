@@ -203,7 +203,7 @@ class ZeroOptimizer {
   std::vector<char> summed_;  // by a bucket's first parameter: its mean is in the chunk's grad
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<BitwiseGrads> bitwise_;  // in bitwise mode only
-  Tensor master_chunk_;  // w[a, b), the inner optimizer's one parameter
+  Tensor master_chunk_;                    // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
   std::vector<RemovableHandle> unit_hooks_;
   MemoryBytes peak_;

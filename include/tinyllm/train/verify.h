@@ -25,7 +25,7 @@ struct VerifyStep {
   // The loss, parameters and optimizer state bit-identical to one process's
   // (what TrainOptions::bitwise promises, and all verify then accepts).
   bool one_process_bits = false;
-  double worst() const;   // the largest of the four, NaN when any is (so `worst() <= tolerance` fails)
+  double worst() const;  // the largest of the four, NaN when any is (so `worst() <= tolerance` fails)
 };
 
 // Runs the check; on_start runs on rank 0 before the first step, on_step

@@ -35,6 +35,8 @@ INSTANTIATE_TEST_SUITE_P(Mpi, CommWorld, ::testing::Values(ContractCase{Backend:
                          contract_case_name);
 INSTANTIATE_TEST_SUITE_P(Mpi, GptEquality, ::testing::ValuesIn(gpt_cases(Backend::Mpi, {launched_world()})),
                          gpt_case_name);
+INSTANTIATE_TEST_SUITE_P(Mpi, GptBitwise, ::testing::ValuesIn(gpt_cases(Backend::Mpi, {launched_world()})),
+                         gpt_case_name);
 INSTANTIATE_TEST_SUITE_P(Mpi, OverlapEquality, ::testing::ValuesIn(overlap_cases(Backend::Mpi, launched_world())),
                          overlap_case_name);
 
