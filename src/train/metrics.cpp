@@ -40,9 +40,12 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r) {
 }
 
 dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum,
-                             bool overlap) {
+                             bool overlap, bool bitwise) {
   const std::size_t n = config.num_parameters(), c = chunk_length(n, p, r);
   dist::MemoryBytes peak = state_bytes(zero, n, p, r);
+  // Bitwise mode's limbs live for the run: 3n, and under ZeRO the 3 limb chunks.
+  const std::size_t limbs = bitwise ? (3 * n + (zero > 0 ? 3 * c : 0)) * kDouble : 0;
+  peak.grads += limbs;
   if (zero < 2) return peak;  // DDP's and stage 1's buckets are views of the one flat gradient
   std::vector<std::size_t> numels;
   for (const Shape& shape : config.parameter_shapes()) numels.push_back(numel_of(shape));
@@ -68,7 +71,7 @@ dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r
     most = std::max(most, taken * largest + own);
     if (grad_accum > 1) most = std::max(most, slots * largest + (grad_accum > 2 ? slots : taken) * part + own);
   }
-  peak.grads = (c + most) * kDouble;
+  peak.grads = (c + most) * kDouble + limbs;
   if (zero == 3) {
     // The chunk, wte, wpe and ln_f for the whole step, and a block with the
     // one prefetched beside it.
@@ -79,22 +82,35 @@ dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r
   return peak;
 }
 
-std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum) {
+std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum,
+                                std::size_t bitwise_leaves) {
   if (p == 1) return 0;
   const std::size_t n = config.num_parameters();
   const auto [a, b] = dist::chunk_bounds(n, p, r);
   const std::uint64_t c = b - a, q = static_cast<std::uint64_t>(p), K = grad_accum;
   const std::uint64_t reduce_scatter = (n - c) * kDouble, all_gather = (q - 1) * c * kDouble;
+  // Stage 3 gathers the blocks (the units, after wte and wpe, before ln_f)
+  // for each pass's forward and again for its backward, the rest once.
+  const std::size_t C = config.n_embd, begin = (config.vocab_size + config.block_size) * C, end = n - 2 * C;
+  const std::uint64_t in_units = std::max(a, std::min(b, end)) - std::max(a, std::min(b, begin));
+  const auto stage3_gathers = [&](std::uint64_t passes) {
+    return (q - 1) * ((c - in_units) + 2 * passes * in_units) * kDouble;
+  };
+  if (bitwise_leaves > 0) {
+    // The three limbs of every gradient value, reduced once per step: DDP
+    // all-reduces the 3n at once, ZeRO reduce-scatters each limb array
+    // (docs/BITWISE.md); stage 3 gathers the blocks for every leaf.
+    const std::uint64_t c3 = chunk_length(3 * n, p, r);
+    if (zero == 0) return (3 * n - c3) * kDouble + (q - 1) * c3 * kDouble;
+    if (zero < 3) return 3 * reduce_scatter + all_gather;
+    return 3 * reduce_scatter + stage3_gathers(bitwise_leaves);
+  }
   // DDP and stage 1 reduce once (the micro-batches before the last run in
   // no_sync); stages 2 and 3 reduce-scatter every micro-batch.
   if (zero == 0) return reduce_scatter + all_gather;
   if (zero == 1) return reduce_scatter + 2 * all_gather;
   if (zero == 2) return K * reduce_scatter + all_gather;
-  // Stage 3 gathers the blocks (the units, after wte and wpe, before ln_f)
-  // for each micro-batch's forward and again for its backward, the rest once.
-  const std::size_t C = config.n_embd, begin = (config.vocab_size + config.block_size) * C, end = n - 2 * C;
-  const std::uint64_t in_units = std::max(a, std::min(b, end)) - std::max(a, std::min(b, begin));
-  return K * reduce_scatter + (q - 1) * ((c - in_units) + 2 * K * in_units) * kDouble;
+  return K * reduce_scatter + stage3_gathers(K);
 }
 
 std::size_t peak_rss_bytes() {

@@ -179,7 +179,7 @@ void check_fits(const TrainOptions& o) {
   // The state after a step first: it is counted at once, and when it fits,
   // the model is small enough for the peak's bucket plan to be quick.
   check_memory(need, limits);
-  need.per_rank = peak_bytes(o.zero, o.model, world, 0, o.grad_accum, o.overlap).total();
+  need.per_rank = peak_bytes(o.zero, o.model, world, 0, o.grad_accum, o.overlap, o.bitwise).total();
   check_memory(need, limits);
 }
 
@@ -378,7 +378,8 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                          .peak = result.peak,
                          .peak_rss = peak_rss_bytes(),
                          .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
-                         .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum),
+                         .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum,
+                                                          o.bitwise ? o.batch / static_cast<std::size_t>(p) : 0),
                          .stop_signal = dist::stop_requested()};
     StepReport report{.step = step,
                       .lr = result.lr,

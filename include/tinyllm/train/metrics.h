@@ -24,18 +24,23 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r);
 // stages 2 and 3 the gradients of the bucket in flight beside the chunk's,
 // for stage 3 the gathered blocks beside the chunk; with overlap, the
 // second bucket in flight (dist::BucketOptions::overlap). What
-// ZeroOptimizer::peak_memory_bytes() reports.
+// ZeroOptimizer::peak_memory_bytes() reports. bitwise adds its limbs (3n,
+// and under ZeRO 3 chunks; dist::BucketOptions::bitwise).
 dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1,
-                             bool overlap = false);
+                             bool overlap = false, bool bitwise = false);
 
 // The bytes rank r's collectives send in one step of the GPT, as
 // dist::Comm counts them: DDP one all_reduce; stage 1 an all_reduce and an
 // all_gather; stage 2 a reduce_scatter per micro-batch and an all_gather;
 // stage 3 a reduce_scatter per micro-batch, the all_gather of the
 // embeddings and ln_f once and of every block twice per micro-batch (its
-// forward, and again its backward: the ZeRO paper's 1.5x of DDP). (The loss
-// and the gradient norm add a few bytes of their own.)
-std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1);
+// forward, and again its backward: the ZeRO paper's 1.5x of DDP). In bitwise
+// mode (bitwise_leaves: the rank's windows per step, else 0) the reductions
+// carry three limbs per value, once per step, and stage 3 gathers every
+// block twice per window (docs/BITWISE.md). (The loss, the gradient norm and
+// the leaf count add a few bytes of their own.)
+std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1,
+                                std::size_t bitwise_leaves = 0);
 
 // This process's peak resident set so far, in bytes.
 std::size_t peak_rss_bytes();
