@@ -26,11 +26,11 @@ void BitwiseGrads::add(std::size_t first, std::size_t last) {
   for (std::size_t i = first; i < last; ++i) {
     const std::span<double> grad = params_[i].grad();
     if (grad.empty()) continue;
-    sum_.add_part(offsets_[i], grad);
     if (drop_grads_) {
+      sum_.add_part(offsets_[i], grad);
       params_[i].zero_grad();
     } else {
-      std::fill(grad.begin(), grad.end(), 0.0);
+      sum_.take_part(offsets_[i], grad);
     }
   }
 }

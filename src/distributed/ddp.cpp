@@ -7,7 +7,7 @@
 #include "comm_stream.h"
 #include "flat.h"
 #include "grad_buckets.h"
-#include "tinyllm/distributed/exact_sum.h"
+#include "tinyllm/distributed/chunk.h"
 #include "tinyllm/optim/clip_grad.h"
 #include "tinyllm/tensor/deferred_init.h"
 
@@ -58,7 +58,9 @@ void DDP::add_leaf() {
 double DDP::clip_grad_norm(double max_norm) {
   if (!bitwise_) return optim::clip_grad_norm(params_, max_norm);
   const std::span<double> grads = grads_->adopt();
-  const double total_norm = std::sqrt(exact_sum_of_squares_value(exact_sum_of_squares(grads)));
+  // Every rank holds the same gradient: each squares its chunk of it.
+  const auto [a, b] = chunk_bounds(grads.size(), comm_.size(), comm_.rank());
+  const double total_norm = exact_norm(comm_, grads.subspan(a, b - a));
   const double coefficient = optim::clip_coefficient(total_norm, max_norm);
   for (double& g : grads) g *= coefficient;
   return total_norm;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "../support/target_clones.h"
 
@@ -35,8 +36,12 @@ constexpr double kOverflowsOutOfRange = 0x1p1004;
 static_assert(ExactSum::kMaxMagnitude * (kOverflowsOutOfRange / 2) == 0x1p1023,
               "2^20 · 2^1004 = 2^1024, the first overflow");
 
-TINYLLM_CLONES void add_limbs(const double* __restrict x, double* __restrict s0, double* __restrict s1,
-                              double* __restrict s2, std::size_t n) {
+// The limbs of x added into s0, s1, s2; with Zero, x is set to zero in the
+// same pass (the next backward's gradient then starts from zero without a
+// second pass over memory).
+template <bool Zero>
+TINYLLM_CLONES void add_limbs(std::conditional_t<Zero, double, const double>* __restrict x, double* __restrict s0,
+                              double* __restrict s1, double* __restrict s2, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const double xi = x[i];
     const double q0 = ((xi + kRound0) - kRound0) + 0.0 * (xi * kOverflowsOutOfRange);
@@ -47,6 +52,7 @@ TINYLLM_CLONES void add_limbs(const double* __restrict x, double* __restrict s0,
     s0[i] += q0;
     s1[i] += q1;
     s2[i] += q2;
+    if constexpr (Zero) x[i] = 0.0;
   }
 }
 
@@ -163,13 +169,22 @@ void ExactSum::add(std::span<const double> x) {
 }
 
 void ExactSum::add_part(std::size_t offset, std::span<const double> x) {
-  if (offset > n_ || x.size() > n_ - offset) {
+  double* s0 = part_limbs(offset, x.size(), "add_part");
+  add_limbs<false>(x.data(), s0, s0 + n_, s0 + 2 * n_, x.size());
+}
+
+void ExactSum::take_part(std::size_t offset, std::span<double> x) {
+  double* s0 = part_limbs(offset, x.size(), "take_part");
+  add_limbs<true>(x.data(), s0, s0 + n_, s0 + 2 * n_, x.size());
+}
+
+double* ExactSum::part_limbs(std::size_t offset, std::size_t size, const char* who) {
+  if (offset > n_ || size > n_ - offset) {
     throw std::out_of_range(
-        fmt::format("ExactSum::add_part: elements [{}, {}) of a sum of size {}", offset, offset + x.size(), n_));
+        fmt::format("ExactSum::{}: elements [{}, {}) of a sum of size {}", who, offset, offset + size, n_));
   }
   check_room();
-  double* s0 = limbs_.data() + offset;
-  add_limbs(x.data(), s0, s0 + n_, s0 + 2 * n_, x.size());
+  return limbs_.data() + offset;
 }
 
 void ExactSum::end_term() {

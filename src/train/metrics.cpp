@@ -39,8 +39,8 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r) {
   }
 }
 
-dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum,
-                             bool overlap, bool bitwise) {
+dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum, bool overlap,
+                             bool bitwise) {
   const std::size_t n = config.num_parameters(), c = chunk_length(n, p, r);
   dist::MemoryBytes peak = state_bytes(zero, n, p, r);
   // Bitwise mode's limbs live for the run: 3n, and under ZeRO the 3 limb chunks.

@@ -80,7 +80,8 @@ class DDP : public nn::Module {
   // std::logic_error outside bitwise mode.
   void add_leaf();
   // After sync_grads(): optim::clip_grad_norm over the parameters, the same
-  // on every rank, as their gradients are; in bitwise mode with Σg² exact.
+  // on every rank, as their gradients are. In bitwise mode Σg² is exact,
+  // each rank squaring its chunk_bounds: collective.
   double clip_grad_norm(double max_norm);
 
   // Gradient bytes this rank holds: the bucket, which lives as long as DDP

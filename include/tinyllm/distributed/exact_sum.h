@@ -45,6 +45,8 @@ class ExactSum {
   // end_term counts it. std::out_of_range past size(); the same
   // std::length_error as add.
   void add_part(std::size_t offset, std::span<const double> x);
+  // add_part, and x becomes zeros, in the same pass over it.
+  void take_part(std::size_t offset, std::span<double> x);
   void end_term();
 
   // All 3·size() limbs, limb-major: limb(0), limb(1), limb(2) end to end, so
@@ -59,6 +61,8 @@ class ExactSum {
 
  private:
   void check_room() const;  // the length_error past kMaxTerms
+  // Limb 0 of element `offset`, after the range and room checks.
+  double* part_limbs(std::size_t offset, std::size_t size, const char* who);
 
   std::vector<double> limbs_;
   std::size_t n_ = 0;
