@@ -88,14 +88,27 @@ void run_rank(const py::function& fn, dist::Comm& comm) {
 
 // DDP and ZeroOptimizer keep the handle beside the C++ object, so they too
 // raise once their Comm is gone.
+dist::BucketOptions bucket_options(bool bitwise) {
+  dist::BucketOptions options;
+  options.bitwise = bitwise;
+  return options;
+}
+
 struct BoundDDP : dist::DDP {
-  BoundDDP(std::shared_ptr<nn::Module> model, CommPtr c) : dist::DDP(std::move(model), c->get()), comm(std::move(c)) {}
+  BoundDDP(std::shared_ptr<nn::Module> model, CommPtr c, bool bitwise)
+      : dist::DDP(std::move(model), c->get(), bucket_options(bitwise)), comm(std::move(c)) {}
   CommPtr comm;
 };
 
+dist::ZeroOptions zero_options(bool bitwise) {
+  dist::ZeroOptions options;
+  options.buckets = bucket_options(bitwise);
+  return options;
+}
+
 struct BoundZero {
-  BoundZero(const Factory& make_inner, std::vector<Tensor> params, CommPtr c, int stage)
-      : comm(std::move(c)), zero(make_inner.make, std::move(params), comm->get(), stage) {}
+  BoundZero(const Factory& make_inner, std::vector<Tensor> params, CommPtr c, int stage, bool bitwise)
+      : comm(std::move(c)), zero(make_inner.make, std::move(params), comm->get(), stage, zero_options(bitwise)) {}
   CommPtr comm;
   dist::ZeroOptimizer zero;
   dist::ZeroOptimizer& get() {
@@ -227,11 +240,11 @@ void bind_dist(py::module_& m) {
 
   py::class_<BoundDDP, nn::Module, std::shared_ptr<BoundDDP>>(m, "DDP",
                                                               "Data parallelism: rank 0's weights, mean grads")
-      .def(py::init([](std::shared_ptr<nn::Module> model, CommPtr comm) {
+      .def(py::init([](std::shared_ptr<nn::Module> model, CommPtr comm, bool bitwise) {
              py::gil_scoped_release release;
-             return std::make_shared<BoundDDP>(std::move(model), std::move(comm));
+             return std::make_shared<BoundDDP>(std::move(model), std::move(comm), bitwise);
            }),
-           py::arg("model"), py::arg("comm"), py::keep_alive<1, 2>())
+           py::arg("model"), py::arg("comm"), py::arg("bitwise") = false, py::keep_alive<1, 2>())
       .def_property_readonly("module", [](const BoundDDP& d) { return d.named_children().front().second; })
       .def("sync_grads",
            [](BoundDDP& d) {
@@ -239,15 +252,32 @@ void bind_dist(py::module_& m) {
              py::gil_scoped_release release;
              d.sync_grads();
            })
+      .def(
+          "add_leaf",
+          [](BoundDDP& d) {
+            d.comm->get();
+            d.add_leaf();
+          },
+          "bitwise mode: after each leaf's backward (docs/BITWISE.md)")
+      .def(
+          "clip_grad_norm",
+          [](BoundDDP& d, double max_norm) {
+            d.comm->get();
+            py::gil_scoped_release release;
+            return d.clip_grad_norm(max_norm);
+          },
+          py::arg("max_norm"))
       .def("grad_bytes", &BoundDDP::grad_bytes);
 
   py::class_<BoundZero>(m, "ZeroOptimizer", "ZeRO stages 1 to 3 around an unchanged inner optimizer")
-      .def(py::init([](const Factory& make_inner, const py::iterable& params, CommPtr comm, int stage) {
+      .def(py::init([](const Factory& make_inner, const py::iterable& params, CommPtr comm, int stage, bool bitwise) {
              std::vector<Tensor> tensors = tensor_list(params, "ZeroOptimizer");
              py::gil_scoped_release release;
-             return std::make_unique<BoundZero>(make_inner, std::move(tensors), std::move(comm), stage);
+             return std::make_unique<BoundZero>(make_inner, std::move(tensors), std::move(comm), stage, bitwise);
            }),
-           py::arg("make_inner"), py::arg("params"), py::arg("comm"), py::arg("stage"))
+           py::arg("make_inner"), py::arg("params"), py::arg("comm"), py::arg("stage"), py::arg("bitwise") = false)
+      .def(
+          "add_leaf", [](BoundZero& z) { z.get().add_leaf(); }, "bitwise mode: after each leaf's backward", Release())
       .def(
           "gather", [](BoundZero& z) { z.get().gather(); }, Release())
       .def(

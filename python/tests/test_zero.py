@@ -229,3 +229,40 @@ def test_zero_stage3_refuses_released_parameters():
 
     for w in dist.spawn(rank, 2):
         np.testing.assert_array_equal(w, np.arange(10.0))
+
+
+def bitwise_steps(comm, stage, steps=4, n_rows=12):
+    """Clipped AdamW steps in bitwise mode, one leaf per row; the flat parameters."""
+    net = TinyNet(1)
+    if stage == 0:
+        trainer = DDP(net, comm, bitwise=True)
+        opt = optim.AdamW(net.parameters(), **ADAMW)
+    else:
+        trainer = ZeroOptimizer(optim.AdamW, net.parameters(), comm, stage, bitwise=True, **ADAMW)
+    for step in range(steps):
+        x, y = batch(step, n_rows)
+        x, y = x[rows(comm, n_rows)], y[rows(comm, n_rows)]
+        if stage == 0:
+            opt.zero_grad()
+        else:
+            trainer.gather()
+            trainer.zero_grad()
+        for i in range(len(x)):
+            tiny_loss(net, x[i : i + 1], y[i : i + 1]).backward()
+            trainer.add_leaf()
+        if stage == 0:
+            trainer.sync_grads()
+        trainer.clip_grad_norm(0.1)
+        (opt if stage == 0 else trainer).step()
+    if stage == 3:
+        trainer.gather()  # no units: every parameter
+    return flat(net)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_bitwise_gives_one_processes_bits_at_every_world(backend, stage):
+    expected = dist.spawn(lambda comm: bitwise_steps(comm, 0), 1, backend)[0]
+    for world in [1, 2, 3, 4]:
+        for r, w in enumerate(dist.spawn(lambda comm: bitwise_steps(comm, stage), world, backend)):
+            np.testing.assert_array_equal(w.view(np.uint64), expected.view(np.uint64), err_msg=f"P={world} rank {r}")

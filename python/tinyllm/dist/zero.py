@@ -6,6 +6,11 @@ ZeroOptimizer(opt_cls, params, comm, stage, **kw) shards the optimizer
 state (stage 1), also the gradients (2), also the parameters (3) around
 opt_cls(**kw), an unchanged tinyllm.optim.SGD or AdamW. A step on each rank:
 zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step().
+
+bitwise=True (both): the same bits at any world size (docs/BITWISE.md).
+Each leaf (one window of the batch) runs its own backward, followed by
+add_leaf(); the step's reduction sums every rank's leaves exactly and
+divides by their number, and clip_grad_norm takes the norm exactly.
 """
 
 from .. import optim
@@ -18,7 +23,7 @@ class DDP(_dist.DDP):
 
 
 class ZeroOptimizer:
-    def __init__(self, opt_cls, params, comm, stage, **kw):
+    def __init__(self, opt_cls, params, comm, stage, *, bitwise=False, **kw):
         if not (isinstance(opt_cls, type) and issubclass(opt_cls, (optim.SGD, optim.AdamW))):
             raise TypeError(
                 f"ZeroOptimizer: opt_cls must be tinyllm.optim.SGD or tinyllm.optim.AdamW (got {opt_cls!r})"
@@ -29,7 +34,7 @@ class ZeroOptimizer:
                 f"ZeroOptimizer: {opt_cls.__name__} has no hyperparameter {unknown[0]!r} "
                 f"(it takes {', '.join(opt_cls.hyperparameters)})"
             )
-        self._zero = _dist.ZeroOptimizer(opt_cls._factory(**kw), params, comm, stage)
+        self._zero = _dist.ZeroOptimizer(opt_cls._factory(**kw), params, comm, stage, bitwise)
 
     def gather(self):
         self._zero.gather()
@@ -39,6 +44,9 @@ class ZeroOptimizer:
 
     def zero_grad(self):
         self._zero.zero_grad()
+
+    def add_leaf(self):
+        self._zero.add_leaf()
 
     def clip_grad_norm(self, max_norm):
         return self._zero.clip_grad_norm(max_norm)
