@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --bitwise end to end: checkpoints of runs at other world sizes, stages,
-# --grad-accum and backends (threads, procs, and mpirun when given) are
+# --grad-accum, --overlap and backends (threads, procs, and mpirun when given) are
 # the same bits, `tinyllm diff --tolerance 0` says so, and so is a run
 # resumed at another world size, from a bitwise or a default checkpoint.
 # Without --bitwise the same pair of runs differs, so the check can fail.
@@ -22,7 +22,7 @@ same() {
 
 train --bitwise --steps 4 --world 1 --save "$work/one"
 train --bitwise --steps 4 --world 4 --backend threads --save "$work/threads4"
-train --bitwise --steps 4 --world 3 --backend procs --zero 3 --grad-accum 2 --save "$work/procs3"
+train --bitwise --steps 4 --world 3 --backend procs --zero 3 --grad-accum 2 --overlap --save "$work/procs3"
 train --bitwise --steps 4 --world 6 --backend procs --zero 1 --save "$work/procs6"
 same "$work/one" "$work/threads4"
 same "$work/threads4" "$work/procs3"
