@@ -46,7 +46,7 @@ class BitwiseGrads {
   std::size_t held() const { return sum_.limbs().size() + chunk_limbs_.size(); }
 
  private:
-  // The leaves of every rank, all-reduced, and the sum back to zero.
+  // The number of leaves over every rank (an all_reduce); the error when 0.
   double leaves(Comm& comm, const char* who);
 
   std::vector<Tensor> params_;
