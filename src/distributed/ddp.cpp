@@ -24,12 +24,19 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buc
   grads_ = std::make_unique<FlatGrads>(params_);
   stream_ = std::make_unique<CommStream>(comm_, buckets.overlap);
   buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, buckets, "DDP"), *stream_,
-                                           [this](const Bucket& b) {
-                                             if (bitwise_) return bitwise_->add(b.first, b.last);
-                                             const std::span<double> grads = grads_->adopt(b.first, b.last);
-                                             stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
-                                           });
+                                           [this](const Bucket& b) { reduce_bucket(b); });
   if (buckets.bitwise) bitwise_ = std::make_unique<BitwiseGrads>(params_, 0, /*drop_grads=*/false);
+}
+
+// During backward, once the bucket's gradients are final: averaged in place
+// on the stream, or in bitwise mode added into the exact sum.
+void DDP::reduce_bucket(const Bucket& bucket) {
+  if (bitwise_) {
+    bitwise_->add(bucket.first, bucket.last);
+    return;
+  }
+  const std::span<double> grads = grads_->adopt(bucket.first, bucket.last);
+  stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
 }
 
 DDP::~DDP() = default;

@@ -91,6 +91,8 @@ class DDP : public nn::Module {
   bool overlapping() const;
 
  private:
+  void reduce_bucket(const Bucket& bucket);
+
   std::shared_ptr<nn::Module> module_;
   Comm& comm_;
   std::vector<Tensor> params_;  // module_'s, in parameters() order
