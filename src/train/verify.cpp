@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -36,6 +35,22 @@ using VerdictPayload = dist::Payload<Verdict, [](auto& v, auto& io) {
      v.now.one_process_bits, v.failed, v.failed_step, v.failed_worst, v.failed_same_bits);
 }>;
 
+// A Replica's three regions, whole (collective under ZeRO), and the FNV-1a
+// hash of their bits end to end.
+struct State {
+  std::vector<std::vector<double>> regions;
+  std::uint64_t hash = tinyllm::detail::kFnv1aBasis;
+};
+
+State full_state(Replica& replica) {
+  State state;
+  for (Region region : {Region::Params, Region::ExpAvg, Region::ExpAvgSq}) {
+    state.regions.push_back(replica.full(region));
+    state.hash = tinyllm::detail::fnv1a(std::as_bytes(std::span(state.regions.back())), state.hash);
+  }
+  return state;
+}
+
 class VerifyObserver final : public TrainObserver {
  public:
   VerifyObserver(const TrainOptions& options, const Corpus& corpus, const std::function<void(const RunInfo&)>& on_start,
@@ -52,19 +67,14 @@ class VerifyObserver final : public TrainObserver {
   }
 
   void after_step(dist::Comm& comm, Replica& replica, std::size_t step, double loss) override {
-    // Every rank: its full state (collective under ZeRO) and the hash of its bits.
-    std::vector<std::vector<double>> mine;
-    std::uint64_t h = tinyllm::detail::kFnv1aBasis;
-    for (Region region : {Region::Params, Region::ExpAvg, Region::ExpAvgSq}) {
-      mine.push_back(replica.full(region));
-      h = tinyllm::detail::fnv1a(std::as_bytes(std::span(mine.back())), h);
-    }
-    const std::vector<std::uint64_t> hashes = dist::SinglePayload<std::uint64_t>::all_gather(comm, h);
+    // Every rank: its full state and the hash of its bits.
+    const State mine = full_state(replica);
+    const std::vector<std::uint64_t> hashes = dist::SinglePayload<std::uint64_t>::all_gather(comm, mine.hash);
 
     // Rank 0: the one-process step, then the differences, sent to every
     // rank so that all agree on the verdict.
     Verdict verdict;
-    if (comm.rank() == 0) verdict = judge(step, loss, mine, hashes, h);
+    if (comm.rank() == 0) verdict = judge(step, loss, mine, hashes);
     verdict = VerdictPayload::broadcast(comm, verdict, 0);
     VerifyStep result = verdict.now;
     result.step = step;
@@ -93,23 +103,18 @@ class VerifyObserver final : public TrainObserver {
 
   // Rank 0 alone: this step's differences from the one-process step, and
   // the first failure so far (kept in failure_, as the ranks may be threads).
-  Verdict judge(std::size_t step, double loss, const std::vector<std::vector<double>>& mine,
-                const std::vector<std::uint64_t>& hashes, std::uint64_t h) {
+  Verdict judge(std::size_t step, double loss, const State& mine, const std::vector<std::uint64_t>& hashes) {
     const double reference_loss = reference_step(step);
-    std::uint64_t reference_hash = tinyllm::detail::kFnv1aBasis;
-    std::array<double, kNumRegions> diffs{};
-    for (int g = 0; g < kNumRegions; ++g) {
-      const std::vector<double> values = reference_->full(static_cast<Region>(g));
-      reference_hash = tinyllm::detail::fnv1a(std::as_bytes(std::span(values)), reference_hash);
-      diffs[static_cast<std::size_t>(g)] = max_abs_diff(mine[static_cast<std::size_t>(g)], values);
-    }
+    const State reference = full_state(*reference_);
+    const auto diff = [&](std::size_t g) { return max_abs_diff(mine.regions[g], reference.regions[g]); };
+    const std::uint64_t h = mine.hash;
     Verdict verdict = failure_;
     verdict.now = {.loss_diff = std::abs(loss - reference_loss),
-                   .params_diff = diffs[0],
-                   .exp_avg_diff = diffs[1],
-                   .exp_avg_sq_diff = diffs[2],
+                   .params_diff = diff(0),
+                   .exp_avg_diff = diff(1),
+                   .exp_avg_sq_diff = diff(2),
                    .same_bits = std::all_of(hashes.begin(), hashes.end(), [h](std::uint64_t q) { return q == h; }),
-                   .one_process_bits = h == reference_hash && std::bit_cast<std::uint64_t>(loss) ==
+                   .one_process_bits = h == reference.hash && std::bit_cast<std::uint64_t>(loss) ==
                                                                   std::bit_cast<std::uint64_t>(reference_loss)};
     const double worst = verdict.now.worst();
     const bool close = options_.bitwise ? verdict.now.one_process_bits : worst <= tolerance_;
