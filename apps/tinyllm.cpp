@@ -153,6 +153,10 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
                  "seconds a rank waits for the others before the run fails naming the late rank (every backend)")
       ->capture_default_str();
   app.add_option("--init", o.init, "start from this checkpoint's weights (fresh optimizer, step 0)");
+  app.add_flag_function(
+      "--no-memory-check", [&o](std::int64_t) { o.memory_check = false; },
+               "start even where the predicted peak per rank exceeds the memory available (running out of it "
+               "then ends the run with an error)");
   return flags;
 }
 

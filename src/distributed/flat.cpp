@@ -68,6 +68,18 @@ void own_copy(Storage& s, const Storage& whole) {
   s = std::move(own);
 }
 
+// Each tensor's view into whole (its values or its gradient) becomes a
+// buffer of its own. Where the memory for that is not there (a destructor
+// must not throw, and this runs as a run fails for memory), whole is kept
+// forever for the views left instead.
+void own_copies(const std::vector<Tensor>& params, Storage TensorImpl::*member, Storage& whole) noexcept {
+  try {
+    for (const Tensor& p : params) own_copy(p.impl().*member, whole);
+  } catch (const std::bad_alloc&) {
+    whole.keep_forever();
+  }
+}
+
 std::string mode_name(int stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO stage {}", stage); }
 
 // What every rank checks of every other's parameter list.
@@ -105,10 +117,9 @@ FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)) { 
 
 FlatGrads::~FlatGrads() {
   for (const Tensor& p : params_) {
-    TensorImpl& impl = p.impl();
-    if (lies_in(impl.grad_home, flat_)) impl.grad_home = {};
-    own_copy(impl.grad, flat_);
+    if (lies_in(p.impl().grad_home, flat_)) p.impl().grad_home = {};
   }
+  own_copies(params_, &TensorImpl::grad, flat_);
 }
 
 std::span<double> FlatGrads::adopt(std::size_t first, std::size_t last) {
@@ -165,9 +176,7 @@ FlatParams::FlatParams(std::vector<Tensor> params) : params_(std::move(params)) 
   view_values();
 }
 
-FlatParams::~FlatParams() {
-  for (const Tensor& p : params_) own_copy(p.impl().data, flat_);
-}
+FlatParams::~FlatParams() { own_copies(params_, &TensorImpl::data, flat_); }
 
 void FlatParams::release() {
   for (const Tensor& p : params_) p.impl().data = Storage();

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "tinyllm/tensor/parallel.h"
+#include "tinyllm/tensor/storage.h"
 
 namespace tinyllm::detail {
 namespace {
@@ -22,6 +24,21 @@ blasint blas_dim(std::size_t n) {
   return static_cast<blasint>(n);
 }
 
+// OpenBLAS maps a work buffer of some 128 MiB for each thread that calls
+// it, on its first call, and when the system refuses, it retries forever
+// (or exits the process). So a thread's first product first makes sure the
+// address space is there, and throws OutOfMemory where it is not.
+constexpr std::size_t kBlasBuffer = std::size_t{132} << 20;
+thread_local bool blas_buffer_checked = false;
+
+void check_blas_buffer() {
+  if (blas_buffer_checked) return;
+  void* probe = mmap(nullptr, kBlasBuffer, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (probe == MAP_FAILED) throw OutOfMemory(kBlasBuffer, "OpenBLAS's work buffer");
+  munmap(probe, kBlasBuffer);
+  blas_buffer_checked = true;
+}
+
 }  // namespace
 
 // c[m, n] = alpha · op(a) · op(b) + beta · c, all row-major with the given
@@ -30,6 +47,7 @@ blasint blas_dim(std::size_t n) {
 void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, double alpha, const double* a,
           std::size_t lda, const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc) {
   if (m == 0 || n == 0) return;
+  check_blas_buffer();
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blas_dim(m),
               blas_dim(n), blas_dim(k), alpha, a, blas_dim(std::max<std::size_t>(lda, 1)), b,
               blas_dim(std::max<std::size_t>(ldb, 1)), beta, c, blas_dim(std::max<std::size_t>(ldc, 1)));

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -35,7 +36,11 @@ class BlockCache {
         return block;
       }
     }
-    return allocate(bytes);
+    if (double* block = allocate(bytes)) return block;
+    // The system refused: the cached blocks of other lengths may be what it lacks.
+    clear();
+    if (double* block = allocate(bytes)) return block;
+    throw OutOfMemory(bytes);
   }
 
   void give(double* block, std::size_t bytes) {
@@ -75,8 +80,7 @@ class BlockCache {
     const std::size_t align = bytes >= kHugePage ? kHugePage : 64;
     const std::size_t rounded = (bytes + align - 1) / align * align;
     void* block = std::aligned_alloc(align, rounded);
-    if (block == nullptr) throw std::bad_alloc();
-    if (align == kHugePage) madvise(block, rounded, MADV_HUGEPAGE);
+    if (block != nullptr && align == kHugePage) madvise(block, rounded, MADV_HUGEPAGE);
     return static_cast<double*>(block);
   }
 
@@ -103,6 +107,11 @@ BlockCache& cache() {
 
 }  // namespace
 
+OutOfMemory::OutOfMemory(std::size_t bytes, const char* what) : bytes_(bytes) {
+  std::snprintf(message_, sizeof message_, "out of memory: %s of %.1f MiB could not be allocated", what,
+                static_cast<double>(bytes) / (1 << 20));
+}
+
 Storage::Storage(std::size_t size) : size_(size) {
   if (size == 0) return;
   const std::size_t bytes = size * sizeof(double);
@@ -110,7 +119,7 @@ Storage::Storage(std::size_t size) : size_(size) {
     data_ = cache().take(bytes);
   } else {
     data_ = static_cast<double*>(std::malloc(bytes));
-    if (data_ == nullptr) throw std::bad_alloc();
+    if (data_ == nullptr) throw OutOfMemory(bytes);
   }
   count_allocation(bytes);
 }

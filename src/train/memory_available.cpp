@@ -25,12 +25,6 @@ std::size_t proc_kib(const char* path, const std::string& key) {
   return 0;
 }
 
-std::string size(std::size_t bytes) {
-  const auto b = static_cast<double>(bytes);
-  return bytes >= (std::size_t{1} << 30) ? fmt::format("{:.1f} GiB", b / (1 << 30))
-                                         : fmt::format("{:.1f} MiB", b / (1 << 20));
-}
-
 int ranks_against(const MemoryNeed& need, const MemoryLimit& limit) {
   return limit.per_process ? need.ranks_per_process : need.ranks_per_machine;
 }
@@ -56,6 +50,19 @@ std::optional<std::size_t> stat_number(const std::string& path, const std::strin
 
 }  // namespace
 
+std::string memory_size(std::size_t bytes) {
+  const auto b = static_cast<double>(bytes);
+  return bytes >= (std::size_t{1} << 30) ? fmt::format("{:.1f} GiB", b / (1 << 30))
+                                         : fmt::format("{:.1f} MiB", b / (1 << 20));
+}
+
+std::string describe_limits(const std::vector<MemoryLimit>& limits) {
+  std::string text;
+  for (const MemoryLimit& limit : limits)
+    text += fmt::format("{}{} ({})", text.empty() ? "" : ", ", memory_size(limit.bytes), limit.name);
+  return text.empty() ? "no known limit" : text;
+}
+
 std::optional<MemoryLimit> cgroup_memory(const std::string& root) {
   // cgroup v2 names the files memory.*; v1 (its memory/ folder) the older
   // names, where "no limit" is a number near 2^63 rather than "max".
@@ -67,8 +74,8 @@ std::optional<MemoryLimit> cgroup_memory(const std::string& root) {
   const std::size_t cache = stat_number(root + "/memory.stat", v2 ? "file" : "total_cache").value_or(0);
   const std::size_t held = *usage > cache ? *usage - cache : 0;
   return MemoryLimit{*limit > held ? *limit - held : 0,
-                     fmt::format("the memory cgroup's limit of {} ({}), less the {} its processes hold", size(*limit),
-                                 limit_file, size(held)),
+                     fmt::format("the memory cgroup's limit of {} ({}), less the {} its processes hold", memory_size(*limit),
+                                 limit_file, memory_size(held)),
                      false};
 }
 
@@ -93,28 +100,40 @@ std::vector<MemoryLimit> available_memory() {
     if (getrlimit(r.resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) continue;
     const std::size_t used = proc_kib("/proc/self/status", r.used), cap = limit.rlim_cur;
     limits.push_back(
-        {cap > used ? cap - used : 0, fmt::format("{}, less the {} this process maps", r.name, size(used)), true});
+        {cap > used ? cap - used : 0, fmt::format("{}, less the {} this process maps", r.name, memory_size(used)), true,
+         true});
   }
   return limits;
 }
 
 void check_memory(const MemoryNeed& need, const std::vector<MemoryLimit>& limits) {
-  // The tightest limit: the least per rank that counts against it.
-  const MemoryLimit* tightest = nullptr;
-  double least = 0;
+  // The limit the need exceeds the most, counting `once` and, against an
+  // address-space limit, the untouched mappings.
+  const MemoryLimit* worst = nullptr;
+  double most = 1;
   for (const MemoryLimit& limit : limits) {
-    const double per_rank = static_cast<double>(limit.bytes) / ranks_against(need, limit);
-    if (!tightest || per_rank < least) {
-      tightest = &limit;
-      least = per_rank;
+    const auto ranks = static_cast<double>(ranks_against(need, limit));
+    const auto per_rank = static_cast<double>(need.per_rank + (limit.address_space ? need.unmapped : 0));
+    const double over = (per_rank * ranks + static_cast<double>(need.once)) / static_cast<double>(limit.bytes);
+    if (over > most) {
+      worst = &limit;
+      most = over;
     }
   }
-  if (!tightest || static_cast<double>(need.per_rank) <= least) return;
-  const int ranks = ranks_against(need, *tightest);
-  throw std::invalid_argument(fmt::format("{} needs at least {} per rank x {} rank{}{}, but {} are available ({})",
-                                          need.run, size(need.per_rank), ranks, ranks == 1 ? "" : "s",
-                                          tightest->per_process ? " in this process" : " on this machine",
-                                          size(tightest->bytes), tightest->name));
+  if (!worst) return;
+  const int ranks = ranks_against(need, *worst);
+  const std::string split = need.split.empty() ? "" : fmt::format(" ({})", need.split);
+  const std::string unmapped =
+      worst->address_space && need.unmapped > 0
+          ? fmt::format(", and {} of address space it maps but never touches", memory_size(need.unmapped))
+          : "";
+  const std::string once =
+      need.once > 0 ? fmt::format(" + {} for {}", memory_size(need.once), need.once_name) : std::string();
+  throw std::invalid_argument(fmt::format("{} needs up to {} per rank{}{} x {} rank{}{}{}, but {} are available ({})",
+                                          need.run, memory_size(need.per_rank), split, unmapped, ranks,
+                                          ranks == 1 ? "" : "s",
+                                          worst->per_process ? " in this process" : " on this machine", once,
+                                          memory_size(worst->bytes), worst->name));
 }
 
 }  // namespace tinyllm::train

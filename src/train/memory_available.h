@@ -1,7 +1,7 @@
 // The memory this machine lets a run take, and the check, before any model
-// is built, that the run's model state fits in it: a run too large fails at
-// once with the figures rather than being killed by the kernel, or dying of
-// std::bad_alloc, minutes in.
+// is built, that the run's predicted peak fits in it: a run too large fails
+// at once with the figures rather than being killed by the kernel, or
+// running out of memory minutes in.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +18,8 @@ struct MemoryLimit {
   // An rlimit bounds each process: only the ranks that share one count
   // against it. MemAvailable is the machine's, shared by all its ranks.
   bool per_process = false;
+  // An rlimit bounds address space, so untouched mappings count too.
+  bool address_space = false;
 };
 
 // MemAvailable from /proc/meminfo, the memory cgroup's limit (a container's
@@ -32,16 +34,27 @@ std::vector<MemoryLimit> available_memory();
 // when there is no limit or the files are absent.
 std::optional<MemoryLimit> cgroup_memory(const std::string& cgroup_root);
 
-// What a run needs of them.
+// What a run needs of them: an upper bound of its peak.
 struct MemoryNeed {
   std::string run;            // the model and mode, as the message names them
-  std::size_t per_rank = 0;   // bytes, a lower bound (the model state's peak)
+  std::size_t per_rank = 0;   // bytes, at the peak of a step (train::predict_rank_memory)
+  std::string split{};        // how per_rank splits, for the message: "state 1.8 GiB + ..."
+  std::size_t unmapped = 0;   // per rank, address space beside per_rank that is never touched
   int ranks_per_machine = 1;  // the ranks on this machine
   int ranks_per_process = 1;  // the ranks in this process (threads)
+  std::size_t once = 0;       // beside the ranks, on rank 0's side: verify's one-process reference
+  std::string once_name{};    // what `once` is, for the message
 };
 
-// std::invalid_argument naming the run, its need and the first limit it
-// exceeds.
+// std::invalid_argument naming the run, its need and how it splits, and
+// the first limit it exceeds and where that limit comes from.
 void check_memory(const MemoryNeed& need, const std::vector<MemoryLimit>& limits);
+
+// "2.7 GiB (the address-space limit ...), 20.1 GiB (MemAvailable in
+// /proc/meminfo)", or that none is known.
+std::string describe_limits(const std::vector<MemoryLimit>& limits);
+
+// "1.8 GiB", "3.0 MiB".
+std::string memory_size(std::size_t bytes);
 
 }  // namespace tinyllm::train

@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <map>
+#include <vector>
 
 #include "tinyllm/distributed/chunk.h"
 #include "tinyllm/train/trainer.h"
@@ -80,6 +82,139 @@ dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r
     peak.params = (c + rest + std::min<std::size_t>(2, config.n_layer) * block) * kDouble;
   }
   return peak;
+}
+
+namespace {
+
+constexpr std::size_t kPage = 4096, kHugePage = std::size_t{2} << 20;
+
+// A block of `numel` doubles as the process holds it: its pages (from
+// 2 MiB up, the storage cache's huge pages). Such a block's mapping also
+// holds up to 2 MiB ahead of it that aligned_alloc never touches: address
+// space, not memory (RankMemory::unmapped).
+std::size_t block_bytes(std::size_t numel) {
+  const std::size_t size = numel * kDouble, page = size >= kHugePage ? kHugePage : kPage;
+  return (size + page - 1) / page * page;
+}
+
+// One op of the GPT's forward, as src/nn builds it: its output, the
+// outputs it reads (which autograd keeps) and the extras it saves.
+struct GraphOp {
+  std::size_t numel;
+  std::vector<std::size_t> inputs;  // indices of earlier ops
+  std::vector<std::size_t> saved;   // numels
+};
+
+std::vector<GraphOp> forward_graph(const nn::GPTConfig& config, std::size_t rows, std::size_t layers) {
+  const std::size_t C = config.n_embd, T = config.block_size, N = rows * T;
+  std::vector<GraphOp> graph;
+  const auto op = [&graph](std::size_t numel, std::vector<std::size_t> inputs = {},
+                           std::vector<std::size_t> saved = {}) {
+    graph.push_back({numel, std::move(inputs), std::move(saved)});
+    return graph.size() - 1;
+  };
+  const std::size_t wte = op(N * C), wpe = op(T * C);
+  std::size_t x = op(N * C, {wte, wpe});
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::size_t ln_1 = op(N * C, {x}, {N, N});  // its mean and rstd
+    const std::size_t qkv = op(3 * N * C, {ln_1});
+    const std::size_t q = op(N * C, {qkv}), k = op(N * C, {qkv}), v = op(N * C, {qkv});
+    const std::size_t attn = op(N * C, {q, k, v}, {rows * config.n_head * T * T});  // its probabilities
+    const std::size_t h = op(N * C, {x, op(N * C, {attn})});
+    const std::size_t ln_2 = op(N * C, {h}, {N, N});
+    const std::size_t fc = op(4 * N * C, {ln_2});
+    const std::size_t gelu = op(4 * N * C, {fc});
+    x = op(N * C, {h, op(N * C, {gelu})});
+  }
+  const std::size_t ln_f = op(N * C, {x}, {N, N});
+  op(1, {op(N * config.vocab_size, {ln_f})}, {N});  // the loss, its log-sum-exp
+  return graph;
+}
+
+// The cache's resident bytes after the forward, and at the most: per block
+// size, the most blocks alive at once.
+struct Replay {
+  std::map<std::size_t, std::size_t> live, most;  // block bytes: count
+  void take(std::size_t numel) {
+    const std::size_t size = block_bytes(numel);
+    most[size] = std::max(most[size], ++live[size]);
+  }
+  void give(std::size_t numel) { --live[block_bytes(numel)]; }
+  // The most bytes held; with `slack`, each huge block's alignment slack too.
+  std::size_t most_bytes(bool slack) const {
+    std::size_t total = 0;
+    for (const auto& [size, count] : most) total += (size + (slack && size >= kHugePage ? kHugePage : 0)) * count;
+    return total;
+  }
+};
+
+Replay replay_step(const nn::GPTConfig& config, std::size_t rows) {
+  const std::vector<GraphOp> graph = forward_graph(config, rows, config.n_layer);
+  Replay replay;
+  for (const GraphOp& op : graph) {
+    replay.take(op.numel);
+    for (std::size_t m : op.saved) replay.take(m);
+  }
+  // Backward in reverse: each input gets its gradient when its consumer
+  // runs; the consumer's own gradient and saved extras go (its value stays
+  // until the end).
+  std::vector<bool> has_grad(graph.size(), false);
+  replay.take(1);  // the seed
+  for (std::size_t i = graph.size(); i-- > 0;) {
+    for (std::size_t input : graph[i].inputs) {
+      if (!has_grad[input]) {
+        has_grad[input] = true;
+        replay.take(graph[input].numel);
+      }
+    }
+    replay.give(graph[i].numel);
+    for (std::size_t m : graph[i].saved) replay.give(m);
+  }
+  return replay;
+}
+
+}  // namespace
+
+std::size_t activation_bytes(const nn::GPTConfig& config, std::size_t rows) {
+  return replay_step(config, rows).most_bytes(false);
+}
+
+namespace {
+
+// A validation forward under no-grad frees each tensor once read; one
+// block's outputs with the embedding and the head all alive bound it.
+std::size_t eval_bytes(const nn::GPTConfig& config, std::size_t rows) {
+  std::size_t total = 0;
+  for (const GraphOp& op : forward_graph(config, rows, 1)) {
+    total += block_bytes(op.numel);
+    for (std::size_t m : op.saved) total += block_bytes(m);
+  }
+  return total;
+}
+
+// Per rank, beside what the model counts: a thread's stack (8 MiB), its
+// malloc arena's reservation (64 MiB), OpenBLAS's work buffers and the
+// shared-memory slots; and a tenth of the rest for rounding and
+// fragmentation. Measured against ulimit -v in tests/train/memory_limit.sh.
+constexpr std::size_t kRankBase = std::size_t{160} << 20;
+constexpr std::size_t kMarginDivisor = 10;
+
+}  // namespace
+
+RankMemory predict_rank_memory(int zero, const nn::GPTConfig& config, int p, int r, std::size_t batch,
+                               std::size_t grad_accum, bool overlap, bool bitwise, bool evaluates) {
+  RankMemory m;
+  m.state = state_bytes(zero, config.num_parameters(), p, r).total();
+  m.in_step = peak_bytes(zero, config, p, r, grad_accum, overlap, bitwise).total() - m.state;
+  const std::size_t rows = std::max<std::size_t>(1, batch / (static_cast<std::size_t>(p) * grad_accum));
+  const Replay step = replay_step(config, bitwise ? 1 : rows);
+  m.activations = step.most_bytes(false);
+  m.unmapped = step.most_bytes(true) - m.activations;
+  // Validation batches of B/P rows and the last, shorter one: block sizes the step does not reuse.
+  if (evaluates) m.activations += 2 * eval_bytes(config, std::max<std::size_t>(1, batch / static_cast<std::size_t>(p)));
+  m.base = kRankBase * (overlap ? 2 : 1);  // the communication thread
+  m.margin = (m.state + m.in_step + m.activations) / kMarginDivisor;
+  return m;
 }
 
 std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum,

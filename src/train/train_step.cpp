@@ -17,7 +17,19 @@ dist::MemoryBytes max_of(const dist::MemoryBytes& x, const dist::MemoryBytes& y)
   return {std::max(x.params, y.params), std::max(x.grads, y.grads), std::max(x.optimizer, y.optimizer)};
 }
 
+struct Phase {
+  const char* what = "starting";
+  std::size_t step = 0;
+};
+thread_local Phase phase;
+
 }  // namespace
+
+void set_phase(const char* what, std::size_t step) { phase = {what, step}; }
+
+std::string current_phase() {
+  return phase.step > 0 ? fmt::format("{}, step {}", phase.what, phase.step) : phase.what;
+}
 
 RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero) {
   std::shared_ptr<nn::GPT> model;
@@ -48,12 +60,14 @@ StepResult train_step(dist::Comm& comm, Replica& replica, const Corpus& train, c
   replica.zero_grad();
   replica.reset_peak_memory_bytes();
   StepResult result{.peak = replica.memory_bytes()};
+  set_phase("forward and backward", step + 1);
   result.loss =
       replica.backward(train.batch(step, o.batch, o.model.block_size, comm.rank(), comm.size()), o.grad_accum);
   result.peak = max_of(result.peak, replica.memory_bytes());
   if (!std::isfinite(result.loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", result.loss, step));
   result.lr = schedule.get_lr(step);
   replica.set_lr(result.lr);
+  set_phase("the optimizer step", step + 1);
   result.grad_norm = replica.step(o.clip);
   result.peak = max_of(max_of(result.peak, replica.memory_bytes()), replica.peak_memory_bytes());
   return result;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/distributed/zero.h"
@@ -13,6 +14,13 @@
 #include "tinyllm/train/trainer.h"
 
 namespace tinyllm::train {
+
+// What this rank's thread is doing, for the message when it runs out of
+// memory: set as each phase begins and never restored, so that it still
+// names the phase once the exception has unwound it.
+void set_phase(const char* what, std::size_t step = 0);
+// "forward and backward, step 3"; "building the model".
+std::string current_phase();
 
 struct RunStart {
   std::unique_ptr<Replica> replica;

@@ -158,11 +158,17 @@ void check_optimizer(const TrainOptions& o) {
   check_in("--eps", o.adamw.eps, 0, 1, "]");
 }
 
-// The model state's peak on rank 0 (the largest chunk), for every rank on
-// this machine, against the memory it may take. Under mpirun the world and
-// this machine's share of it come from the launcher (Open MPI's variables,
-// then MPICH's); a world it does not tell is left to the run.
-void check_fits(const TrainOptions& o) {
+std::string describe(const RankMemory& m) {
+  return fmt::format("model state {} + in-step {} + activations {} + base {} + margin {}", memory_size(m.state),
+                     memory_size(m.in_step), memory_size(m.activations), memory_size(m.base), memory_size(m.margin));
+}
+
+// Rank 0's predicted peak (it holds the largest chunk), for every rank on
+// this machine, and what the observer holds beside the ranks, against the
+// memory the run may take. Under mpirun the world and this machine's share
+// of it come from the launcher (Open MPI's variables, then MPICH's); a
+// world it does not tell is left to the run.
+void check_fits(const TrainOptions& o, const TrainObserver& observer) {
   const Backend backend = resolve_backend(o.backend, o.world);
   int world = o.world, on_machine = o.world;
   if (backend == Backend::Mpi) {
@@ -170,21 +176,23 @@ void check_fits(const TrainOptions& o) {
     on_machine = std::max(1, launcher_number({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(1));
   }
   if (world < 1) return;
-  MemoryNeed need{
+  const RankMemory m = predict_rank_memory(o.zero, o.model, world, 0, o.batch, o.grad_accum, o.overlap, o.bitwise,
+                                           o.val_fraction > 0 && o.eval_every > 0);
+  const MemoryBeside beside = observer.memory_beside_ranks(o);
+  const MemoryNeed need{
       .run = fmt::format("{} with --zero {} on {} rank{}", describe(o.model), o.zero, world, world == 1 ? "" : "s"),
-      .per_rank = state_bytes(o.zero, o.model.num_parameters(), world, 0).total(),
+      .per_rank = m.total(),
+      .split = describe(m),
+      .unmapped = m.unmapped,
       .ranks_per_machine = on_machine,
-      .ranks_per_process = backend == Backend::Threads ? world : 1};
-  const std::vector<MemoryLimit> limits = available_memory();
-  // The state after a step first: it is counted at once, and when it fits,
-  // the model is small enough for the peak's bucket plan to be quick.
-  check_memory(need, limits);
-  need.per_rank = peak_bytes(o.zero, o.model, world, 0, o.grad_accum, o.overlap, o.bitwise).total();
-  check_memory(need, limits);
+      .ranks_per_process = backend == Backend::Threads ? world : 1,
+      .once = beside.bytes,
+      .once_name = beside.what};
+  check_memory(need, available_memory());
 }
 
 // Returns the warning the run's start prints, or "".
-std::string check_options(const TrainOptions& o, const Corpus& corpus) {
+std::string check_options(const TrainOptions& o, const Corpus& corpus, const TrainObserver& observer) {
   check_optimizer(o);
   o.model.check();
   optim::AdamW::factory(o.adamw);
@@ -211,7 +219,7 @@ std::string check_options(const TrainOptions& o, const Corpus& corpus) {
   if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   // The checkpoint before the memory: a checkpoint's bad sizes are named as the checkpoint's.
   const std::string warning = check_start(o, corpus);
-  check_fits(o);
+  if (o.memory_check) check_fits(o, observer);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
   check_metrics_is_not_data(o.metrics, o.data);
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
@@ -318,6 +326,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
               const std::string& warning, TrainObserver& observer, SummarySink& sink) {
   const int p = comm.size(), r = comm.rank();
   check_batch(o.batch, p, o.grad_accum);  // under mpi, the world is known only now
+  set_phase("building the model");
   const RunStart start = start_run(o, comm, o.zero);
   Replica& replica = *start.replica;
 
@@ -340,6 +349,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
   const DataFingerprint data = fingerprint(corpus, o.val_fraction);
   std::string last_saved;
   const auto save = [&](const std::string& path, std::size_t steps_taken) {
+    set_phase("saving a checkpoint", steps_taken);
     try {
       save_checkpoint(path, comm, replica,
                       {.config = o.model,
@@ -390,7 +400,10 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                       .ranks = RankPayload::all_gather(comm, mine),
                       .val_loss = std::nullopt};
     observer.after_step(comm, replica, step, result.loss);
-    if (evaluates(o, step)) report.val_loss = evaluate(comm, replica, val, B, T, o.eval_batches);
+    if (evaluates(o, step)) {
+      set_phase("validation", step + 1);
+      report.val_loss = evaluate(comm, replica, val, B, T, o.eval_batches);
+    }
     summary.end_step = step + 1;
     if (summary.steps_run++ == 0) {
       summary.first_loss = result.loss;
@@ -420,6 +433,17 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
     observer.on_end(summary);
     sink.store(summary);
   }
+}
+
+// A rank that ran out of memory: what it could not allocate, where, and the
+// prediction the memory check made (or that it was off).
+std::string out_of_memory_message(const TrainOptions& o, int world, const std::bad_alloc& e) {
+  const RankMemory m = predict_rank_memory(o.zero, o.model, world, 0, o.batch, o.grad_accum, o.overlap, o.bitwise,
+                                           o.val_fraction > 0 && o.eval_every > 0);
+  const std::string what = dynamic_cast<const OutOfMemory*>(&e) ? e.what() : "out of memory";
+  return fmt::format("{} (during {}); the memory check {} up to {} per rank ({}); left now: {}", what, current_phase(),
+                     o.memory_check ? "predicted" : "was off (--no-memory-check); it would have predicted",
+                     memory_size(m.total()), describe(m), describe_limits(available_memory()));
 }
 
 class CallbackObserver final : public TrainObserver {
@@ -457,12 +481,21 @@ std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options) {
 
 TrainSummary train(const TrainOptions& options, TrainObserver& observer) {
   const auto [corpus, val] = load_corpora(options);
-  const std::string warning = check_options(options, corpus);
+  const std::string warning = check_options(options, corpus, observer);
   const Backend backend = resolve_backend(options.backend, options.world);
   const SaveDir save_dir(options, backend);  // held until every rank is done
   SummarySink sink(backend == Backend::Procs, options.world);
   launch(
-      backend, options.world, [&](dist::Comm& comm) { run_rank(comm, options, corpus, val, warning, observer, sink); },
+      backend, options.world,
+      [&](dist::Comm& comm) {
+        try {
+          run_rank(comm, options, corpus, val, warning, observer, sink);
+        } catch (const std::bad_alloc& e) {
+          // threads and procs name the failing rank themselves; under mpirun each rank speaks for itself.
+          const std::string rank = backend == Backend::Mpi ? fmt::format("rank {}: ", comm.rank()) : "";
+          throw std::runtime_error(rank + out_of_memory_message(options, comm.size(), e));
+        }
+      },
       comm_options(options));
   TrainSummary summary = sink.load();
   if (!options.save_dir.empty() && (summary.steps_run > 0 || options.steps == 0))

@@ -16,6 +16,7 @@
 #include "difference.h"
 #include "tinyllm/distributed/self_comm.h"
 #include "tinyllm/train/checkpoint.h"
+#include "tinyllm/train/metrics.h"
 #include "train_step.h"
 
 namespace tinyllm::train {
@@ -64,6 +65,16 @@ class VerifyObserver final : public TrainObserver {
 
   void on_start(const RunInfo& info) override {
     if (on_start_) on_start_(info);
+  }
+
+  // The one-process run at its peak, and the whole states compared after
+  // each step: three regions of n on every rank, and the reference's.
+  MemoryBeside memory_beside_ranks(const TrainOptions& o) const override {
+    const std::size_t n = o.model.num_parameters(), ranks = static_cast<std::size_t>(std::max(o.world, 1));
+    const RankMemory reference = predict_rank_memory(0, o.model, 1, 0, o.batch, o.grad_accum, false, o.bitwise,
+                                                     o.val_fraction > 0 && o.eval_every > 0);
+    return {.bytes = reference.total() - reference.base + 3 * n * sizeof(double) * (ranks + 1),
+            .what = "verify's one-process reference and the states it compares"};
   }
 
   void after_step(dist::Comm& comm, Replica& replica, std::size_t step, double loss) override {

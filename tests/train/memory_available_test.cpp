@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "support/expect_throw.h"
+#include "tinyllm/train/metrics.h"
 #include "tinyllm/train/trainer.h"
 #include "train_testing.h"
 
@@ -33,7 +34,7 @@ TEST(MemoryAvailableTest, ANeedWithinEveryLimitPasses) {
 TEST(MemoryAvailableTest, TheMachinesMemoryCountsEveryRankOnIt) {
   EXPECT_THROW_WITH(check_memory({.run = "--layers 9", .per_rank = 2 * kGiB + 1, .ranks_per_machine = 4}, {kMachine}),
                     std::invalid_argument,
-                    "--layers 9 needs at least 2.0 GiB per rank x 4 ranks on this machine, but 8.0 GiB are available "
+                    "--layers 9 needs up to 2.0 GiB per rank x 4 ranks on this machine, but 8.0 GiB are available "
                     "(MemAvailable in /proc/meminfo)");
 }
 
@@ -44,7 +45,7 @@ TEST(MemoryAvailableTest, AProcessLimitCountsOnlyTheRanksInTheProcess) {
   MemoryNeed threads = procs;
   threads.ranks_per_process = 4;
   EXPECT_THROW_WITH(check_memory(threads, {kMachine, kProcess}), std::invalid_argument,
-                    "needs at least 1.0 GiB per rank x 4 ranks in this process, but 3.0 GiB are available (RLIMIT_AS)");
+                    "needs up to 1.0 GiB per rank x 4 ranks in this process, but 3.0 GiB are available (RLIMIT_AS)");
 }
 
 TEST(MemoryAvailableTest, TheTightestLimitIsNamed) {
@@ -58,7 +59,58 @@ TEST(MemoryAvailableTest, TheTightestLimitIsNamed) {
 
 TEST(MemoryAvailableTest, SmallFiguresAreInMebibytes) {
   EXPECT_THROW_WITH(check_memory({.run = "run", .per_rank = 3 << 20}, {{.bytes = 1 << 20, .name = "limit"}}),
-                    std::invalid_argument, "needs at least 3.0 MiB per rank x 1 rank on this machine, but 1.0 MiB");
+                    std::invalid_argument, "needs up to 3.0 MiB per rank x 1 rank on this machine, but 1.0 MiB");
+}
+
+TEST(MemoryAvailableTest, TheMessageSaysHowTheNeedSplits) {
+  const MemoryNeed need{.run = "run", .per_rank = 3 << 20, .split = "model state 1.0 MiB + activations 2.0 MiB"};
+  EXPECT_THROW_WITH(check_memory(need, {{.bytes = 1 << 20, .name = "limit"}}), std::invalid_argument,
+                    "run needs up to 3.0 MiB per rank (model state 1.0 MiB + activations 2.0 MiB) x 1 rank on this "
+                    "machine, but 1.0 MiB are available (limit)");
+}
+
+// Untouched mappings count against an address-space limit (ulimit -v) only.
+TEST(MemoryAvailableTest, UntouchedMappingsCountAgainstAddressSpaceOnly) {
+  const MemoryNeed need{.run = "run", .per_rank = kGiB, .unmapped = kGiB};
+  const MemoryLimit resident{.bytes = kGiB + (1 << 20), .name = "MemAvailable"};
+  MemoryLimit address = resident;
+  address.address_space = true;
+  EXPECT_NO_THROW(check_memory(need, {resident}));
+  EXPECT_THROW_WITH(check_memory(need, {resident, address}), std::invalid_argument,
+                    "1.0 GiB per rank, and 1.0 GiB of address space it maps but never touches x 1 rank");
+}
+
+// What is held once beside the ranks (verify's reference) counts once.
+TEST(MemoryAvailableTest, WhatIsHeldOnceCountsOnce) {
+  MemoryNeed need{.run = "run", .per_rank = kGiB, .ranks_per_machine = 4, .once = 2 * kGiB, .once_name = "ref"};
+  EXPECT_NO_THROW(check_memory(need, {{.bytes = 6 * kGiB, .name = "limit"}}));
+  EXPECT_THROW_WITH(check_memory(need, {{.bytes = 6 * kGiB - 1, .name = "limit"}}), std::invalid_argument,
+                    "x 4 ranks on this machine + 2.0 GiB for ref, but");
+}
+
+// The activation count is bench/memory.sh's, which measures it against the
+// peak RSS (docs/PERFORMANCE.md): that script's figures for these sizes.
+TEST(MemoryAvailableTest, TheActivationCountIsTheMemoryBenchmarks) {
+  nn::GPTConfig c;
+  c.n_layer = 2;
+  EXPECT_EQ(activation_bytes(c, 1), 4640768u);
+  EXPECT_EQ(activation_bytes(c, 4), 18272256u);
+  EXPECT_EQ(activation_bytes(c, 12), 62095360u);
+}
+
+// The prediction's parts: the ZeRO table's state, the in-step peak, the
+// activations of a micro-batch (a window under bitwise), and a margin.
+TEST(MemoryAvailableTest, ThePredictionAddsItsParts) {
+  const nn::GPTConfig c;
+  const RankMemory m = predict_rank_memory(2, c, 4, 0, 64, 2);  // micro-batches of 8 rows
+  EXPECT_EQ(m.state, state_bytes(2, c.num_parameters(), 4, 0).total());
+  EXPECT_EQ(m.state + m.in_step, peak_bytes(2, c, 4, 0, 2).total());
+  EXPECT_EQ(m.activations, activation_bytes(c, 8));
+  EXPECT_EQ(predict_rank_memory(2, c, 4, 0, 64, 1, false, true).activations, activation_bytes(c, 1));
+  EXPECT_GT(predict_rank_memory(2, c, 4, 0, 64, 2, false, false, true).activations, m.activations);
+  EXPECT_GT(m.unmapped, 0u);  // [8·64, 512] blocks of 2 MiB and up
+  EXPECT_GE(m.margin, (m.state + m.in_step + m.activations) / 10);
+  EXPECT_EQ(m.total(), m.state + m.in_step + m.activations + m.base + m.margin);
 }
 
 TEST(MemoryAvailableTest, ThisMachineHasSomeMemoryAvailable) {
@@ -110,7 +162,7 @@ TEST(MemoryAvailableTest, TheTrainerRefusesAModelLargerThanTheMachineBeforeBuild
     o.model.n_layer = 100000;
     o.model.n_embd = 128;
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_THROW_WITH(train(o), std::invalid_argument, "per rank x 2 ranks");
+    EXPECT_THROW_WITH(train(o), std::invalid_argument, "+ activations ");
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   }
 }

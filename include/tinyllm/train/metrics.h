@@ -29,6 +29,32 @@ dist::MemoryBytes state_bytes(int zero, std::size_t n, int p, int r);
 dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r, std::size_t grad_accum = 1,
                              bool overlap = false, bool bitwise = false);
 
+// The bytes the activations of one forward and backward of `rows` windows
+// hold at their peak: every tensor the autograd graph keeps until backward
+// ends and the gradients backward holds at once, replayed op by op through
+// the storage cache (which reuses a block only for its exact length), each
+// block rounded to its pages. What bench/memory.sh measures
+// (docs/PERFORMANCE.md).
+std::size_t activation_bytes(const nn::GPTConfig& config, std::size_t rows);
+
+// An upper bound of one rank's memory at its peak within a step, in parts.
+struct RankMemory {
+  std::size_t state = 0;        // the model state after a step (state_bytes)
+  std::size_t in_step = 0;      // what the step holds beside it (peak_bytes less state_bytes)
+  std::size_t activations = 0;  // activation_bytes of one micro-batch (one window under bitwise), and validation's
+  std::size_t base = 0;         // the runtime: a thread's stack, its malloc arena, BLAS's buffers
+  std::size_t margin = 0;       // what the model cannot see: allocator rounding and fragmentation
+  std::size_t total() const { return state + in_step + activations + base + margin; }
+  // Address space beside total() that is never touched: the 2 MiB
+  // alignment ahead of each huge block. Counts against ulimit -v only.
+  std::size_t unmapped = 0;
+};
+// Rank r of p in a run of `batch` windows per step; `evaluates`: with
+// validation forwards between the steps.
+RankMemory predict_rank_memory(int zero, const nn::GPTConfig& config, int p, int r, std::size_t batch,
+                               std::size_t grad_accum = 1, bool overlap = false, bool bitwise = false,
+                               bool evaluates = false);
+
 // The bytes rank r's collectives send in one step of the GPT, as
 // dist::Comm counts them: DDP one all_reduce; stage 1 an all_reduce and an
 // all_gather; stage 2 a reduce_scatter per micro-batch and an all_gather;

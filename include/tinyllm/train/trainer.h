@@ -72,6 +72,10 @@ struct TrainOptions {
   // Seconds a rank waits for the others in a collective before the run
   // fails naming the collective and the late rank, in [0.001, 1e9].
   double timeout = 300;
+  // Refuse, before building anything, a run whose predicted peak
+  // (predict_rank_memory) exceeds the memory it may take. Off, a run that
+  // runs out of memory ends with an error naming the rank and the phase.
+  bool memory_check = true;
 
   std::string metrics;         // JSON lines, one per step ("" for none)
   std::string save_dir;        // checkpoints go here ("" for none): every save_every steps, at the end,
@@ -143,6 +147,12 @@ struct TrainSummary {
 // What the loop calls. on_* run on rank 0 only (for printing);
 // after_step runs on every rank after each step and may make collective
 // calls on comm (the capstone check compares there).
+// What an observer holds beside the ranks, on rank 0's side.
+struct MemoryBeside {
+  std::size_t bytes = 0;
+  std::string what;  // "verify's one-process reference"
+};
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
@@ -151,6 +161,8 @@ class TrainObserver {
   virtual void on_checkpoint(const std::string& /*path*/, std::size_t /*step*/) {}
   virtual void on_end(const TrainSummary& /*summary*/) {}
   virtual void after_step(dist::Comm& /*comm*/, Replica& /*replica*/, std::size_t /*step*/, double /*loss*/) {}
+  // Counted by the memory check before the run starts.
+  virtual MemoryBeside memory_beside_ranks(const TrainOptions& /*options*/) const { return {}; }
 };
 
 // The corpus the options train on and the one they validate on
