@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tinyllm/distributed/chunk.h"
@@ -34,6 +36,17 @@ using namespace tinyllm;
 
 std::string mib(std::size_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
+// Flushes what was printed; a write that failed (a full disk, a closed
+// pipe) ends the command with an error rather than exit status 0.
+void flush_stdout() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    const int error = errno;
+    std::clearerr(stdout);
+    throw std::runtime_error(
+        fmt::format("standard output cannot be written: {}", error != 0 ? std::strerror(error) : "write failed"));
+  }
+}
+
 const char* mode_name(int zero) {
   static const char* const kNames[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
   return kNames[zero];
@@ -48,10 +61,12 @@ std::uint64_t parse_integer(const std::string& flag, const std::string& text, st
   std::uint64_t n = 0;
   const char* end = text.data() + text.size();
   const auto [stop, error] = std::from_chars(text.data(), end, n);
+  const bool too_large = error == std::errc::result_out_of_range || (error == std::errc() && n > high);
   if (text.empty() || error != std::errc() || stop != end || n < low || n > high) {
     throw CLI::ValidationError(
-        unbounded && low > 0 ? fmt::format("{} must be at least {} (got {})", flag, low, text)
-                             : fmt::format("{} must be an integer from {} to {} (got {})", flag, low, high, text));
+        unbounded && low > 0 && !too_large
+            ? fmt::format("{} must be at least {} (got {})", flag, low, text)
+            : fmt::format("{} must be an integer from {} to {} (got {})", flag, low, high, text));
   }
   return n;
 }
@@ -135,7 +150,7 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
       ->capture_default_str();
   app.add_option("--beta1", o.adamw.betas.first, "AdamW beta1, in [0, 1)")->capture_default_str();
   app.add_option("--beta2", o.adamw.betas.second, "AdamW beta2, in [0, 1)")->capture_default_str();
-  app.add_option("--eps", o.adamw.eps, "AdamW eps, in [0, 1]")->capture_default_str();
+  app.add_option("--eps", o.adamw.eps, "AdamW eps, in (0, 1]")->capture_default_str();
   flags.seed = add_integer(app, "--seed", o.seed, "initialisation seed");
   flags.world = add_integer(app, "--world", o.world, "ranks (under mpirun: its -n, the default there)", 1);
   add_integer(app, "--zero", o.zero, "0: DDP; 1, 2, 3: ZeRO stage", 0, 3);
@@ -226,7 +241,7 @@ class Printer final : public train::TrainObserver {
       fmt::print("validation: {} windows of {}, every {} steps and at the end\n", info.num_val_windows, info.val_corpus,
                  options_.eval_every);
     }
-    std::fflush(stdout);
+    flush_stdout();
     start_ = info.start_step;
     world_ = info.world;
   }
@@ -245,12 +260,13 @@ class Printer final : public train::TrainObserver {
     } else {
       fmt::print("{}\n", line);
     }
-    std::fflush(stdout);
+    flush_stdout();
   }
 
   void on_checkpoint(const std::string& path, std::size_t step) override {
     if (live_) fmt::print("\n");
     fmt::print("saved step {} to {}\n", step, path);
+    flush_stdout();
   }
 
   void on_end(const train::TrainSummary& s) override {
@@ -270,7 +286,7 @@ class Printer final : public train::TrainObserver {
                  q.rank, mib(q.state.params), mib(q.state.grads), mib(q.state.optimizer), mib(q.state.total()),
                  mib(q.peak.total()), mib(q.peak_rss), mib(q.bytes_sent), mib(q.theory_sent));
     }
-    std::fflush(stdout);
+    flush_stdout();
   }
 
  private:
@@ -362,7 +378,7 @@ int run_verify(const train::TrainOptions& o) {
           "on every rank\n",
           train::kVerifyTolerance, worst);
     }
-    std::fflush(stdout);
+    flush_stdout();
   });
   return 0;
 }
@@ -377,22 +393,20 @@ int run_memory(const nn::GPTConfig& config, int world) {
   fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12} {:>14}\n", "mode", "ranks", "parameters", "gradients",
              "optimizer", "total", "total MiB", "peak");
   for (int zero = 0; zero <= 3; ++zero) {
-    // Ranks whose chunks have the same length hold the same bytes.
-    for (int first = 0; first < world;) {
-      int last = first;
-      const auto length = [&](int r) {
-        const auto [a, b] = dist::chunk_bounds(n, world, r);
-        return b - a;
-      };
-      while (last + 1 < world && length(last + 1) == length(first)) ++last;
-      const dist::MemoryBytes m = train::state_bytes(zero, n, world, first);
-      const dist::MemoryBytes peak = train::peak_bytes(zero, config, world, first);
-      const std::string ranks = first == last ? std::to_string(first) : fmt::format("{}-{}", first, last);
+    // Ranks whose chunks have the same length hold the same bytes: the first
+    // n mod P hold one value more than the rest (dist::chunk_bounds).
+    const auto world_ranks = static_cast<std::size_t>(world), longer = n % world_ranks;
+    for (const auto& [first, end] : {std::pair<std::size_t, std::size_t>{0, longer}, {longer, world_ranks}}) {
+      if (first == end) continue;
+      const int r = static_cast<int>(first);
+      const dist::MemoryBytes m = train::state_bytes(zero, n, world, r);
+      const dist::MemoryBytes peak = train::peak_bytes(zero, config, world, r);
+      const std::string ranks = end - first == 1 ? std::to_string(first) : fmt::format("{}-{}", first, end - 1);
       fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12.2f} {:>14}\n", mode_name(zero), ranks, m.params,
                  m.grads, m.optimizer, m.total(), static_cast<double>(m.total()) / (1 << 20), peak.total());
-      first = last + 1;
     }
   }
+  flush_stdout();
   return 0;
 }
 
@@ -407,6 +421,7 @@ int run_diff(const std::string& a, const std::string& b, double tolerance) {
     throw std::runtime_error(fmt::format("the checkpoints differ by {:.3e}, above {:.0e}", *above, tolerance));
   }
   fmt::print("equal within {:.0e}\n", tolerance);
+  flush_stdout();
   return 0;
 }
 
@@ -459,13 +474,27 @@ int run_sample(const SampleOptions& o) {
   Generator gen(o.seed);
   for (std::size_t s = 0; s < o.samples; ++s) {
     if (s > 0) fmt::print("---------------\n");
-    const std::vector<int> out = model->generate(idx, o.generate, gen);
-    std::string text = o.prompt;
-    for (std::size_t i = idx.size(); i < out.size(); ++i) text.push_back(static_cast<char>(out[i]));
-    fmt::print("{}\n", text);
+    fmt::print("{}", o.prompt);
+    // Each byte as it is drawn: a long sample shows as it goes, and Ctrl-C keeps what was printed.
+    model->generate(idx, o.generate, gen, [](int token) {
+      std::fputc(token, stdout);
+      flush_stdout();
+    });
+    fmt::print("\n");
   }
-  std::fflush(stdout);
+  flush_stdout();
   return 0;
+}
+
+// A command line that is wrong: the message, where to read the flags, and
+// exit status 2, as argparse and most Unix tools do.
+int usage_error(const std::string& message, const CLI::App& app) {
+  std::string command = "tinyllm";
+  for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+  fmt::print(stderr, "tinyllm: error: {}\nrun '{} --help' for the flags\n", message, command);
+  std::fflush(stderr);
+  train::abort_mpi_job(2);
+  return 2;
 }
 
 }  // namespace
@@ -521,21 +550,36 @@ int main(int argc, char** argv) {
   add_integer(*sample, "--samples", sample_options.samples, "samples, one after another from one generator");
   add_integer(*sample, "--seed", sample_options.seed, "sampling seed: the same seed gives the same bytes");
 
-  CLI11_PARSE(app, argc, argv);
   try {
-    if (train->parsed()) {
-      parse_names(train_options, train_names);
-      adopt_mpirun_world(train_options, train_flags);
-      adopt_checkpoint(train_options, train_flags);
-      check_eval(train_options, train_flags);
-      return run_train(train_options);
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what(), app);
+  }
+  // The command line's own errors are usage errors (exit 2), the run's exit 1.
+  const auto usage = [&app](auto check) {
+    try {
+      check();
+    } catch (const std::invalid_argument& e) {
+      return usage_error(e.what(), app);
     }
-    if (verify->parsed()) {
-      parse_names(verify_options, verify_names);
-      adopt_mpirun_world(verify_options, verify_flags);
-      adopt_checkpoint(verify_options, verify_flags);
-      check_eval(verify_options, verify_flags);
-      return run_verify(verify_options);
+    return 0;
+  };
+  try {
+    for (auto [command, options, names, flags] :
+         {std::tuple(train, &train_options, &train_names, &train_flags),
+          std::tuple(verify, &verify_options, &verify_names, &verify_flags)}) {
+      if (!command->parsed()) continue;
+      if (const int status = usage([&] {
+            parse_names(*options, *names);
+            adopt_mpirun_world(*options, *flags);
+            check_eval(*options, *flags);
+          }))
+        return status;
+      adopt_checkpoint(*options, *flags);  // a bad checkpoint is the run's error
+      if (const int status = usage([&] { train::check_flags(*options); })) return status;
+      return command == train ? run_train(*options) : run_verify(*options);
     }
     if (memory->parsed()) return run_memory(memory_config, memory_world);
     if (diff->parsed()) return run_diff(diff_a, diff_b, diff_tolerance);

@@ -199,3 +199,12 @@ def test_threads_run_compute_concurrently():
 
     (s0, e0), (s1, e1) = dist.spawn(rank, 2, "threads")
     assert max(s0, s1) < min(e0, e1), "the ranks' compute did not overlap"
+
+
+def test_zero_is_an_attribute_of_dist_without_importing_it():
+    # A fresh interpreter, so that no other test has imported tinyllm.dist.zero.
+    import subprocess
+    import sys
+
+    for code in ["import tinyllm; tinyllm.dist.zero.ZeroOptimizer", "from tinyllm import dist; dist.zero.DDP"]:
+        subprocess.run([sys.executable, "-c", code], check=True, env=os.environ)

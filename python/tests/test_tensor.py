@@ -121,3 +121,15 @@ def test_tensor_refuses_what_is_not_a_number():
         tinyllm.tensor(np.array(["a", "b"]))
     with pytest.raises(TypeError):
         tinyllm.tensor(np.ones(2)) + "x"
+
+
+def test_a_shape_whose_product_overflows_is_a_value_error():
+    for make in (lambda: tinyllm.zeros([2**32, 2**32]), lambda: tinyllm.full([2**63 + 1, 2], 7.0),
+                 lambda: tinyllm.nn.Embedding(2**63 + 1, 2), lambda: tinyllm.nn.Linear(2, 2**62)):
+        with pytest.raises(ValueError, match="more values than memory can address"):
+            make()
+
+
+def test_memory_that_is_not_there_is_a_memory_error():
+    with pytest.raises(MemoryError, match="could not be allocated"):
+        tinyllm.zeros([2**50])

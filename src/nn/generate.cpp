@@ -78,7 +78,8 @@ void GenerateOptions::check() const {
   if (top_k == 0) throw std::invalid_argument("GPT::generate: top_k must be at least 1 (got 0)");
 }
 
-std::vector<int> GPT::generate(std::span<const int> idx, const GenerateOptions& options, Generator& gen) const {
+std::vector<int> GPT::generate(std::span<const int> idx, const GenerateOptions& options, Generator& gen,
+                               const std::function<void(int)>& on_token) const {
   options.check();
   if (idx.empty()) throw std::invalid_argument("GPT::generate: the prompt must hold at least one token (got 0)");
   const autograd::NoGradGuard no_grad;
@@ -87,6 +88,7 @@ std::vector<int> GPT::generate(std::span<const int> idx, const GenerateOptions& 
   if (options.use_cache) cache.emplace(*this);
   for (std::size_t n = 0; n < options.max_new_tokens; ++n) {
     out.push_back(sample_token(next_logits(*this, out, cache), options, gen));
+    if (on_token) on_token(out.back());
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "../support/check.h"
@@ -16,8 +17,17 @@ namespace tinyllm {
 std::string to_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 std::size_t numel_of(const Shape& shape) {
+  // The one product of sizes every tensor's length comes from: it and its
+  // bytes must fit in a size_t, or a wrapped product would allocate too little.
+  constexpr std::size_t kMaxNumel = std::numeric_limits<std::size_t>::max() / sizeof(double);
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   std::size_t n = 1;
-  for (std::size_t d : shape) n *= d;
+  for (std::size_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n) || n > kMaxNumel) {
+      throw std::invalid_argument(
+          fmt::format("shape {} holds more values than memory can address (at most {})", to_string(shape), kMaxNumel));
+    }
+  }
   return n;
 }
 

@@ -263,10 +263,12 @@ std::string metrics_line(const StepReport& report) {
         ranks.empty() ? "" : ",", s.rank, s.state.params, s.state.grads, s.state.optimizer, s.peak.total(), s.peak_rss,
         s.bytes_sent, s.theory_sent);
   }
+  const std::string grad_norm =
+      report.grad_norm ? fmt::format("\"grad_norm\":{:.17g},", *report.grad_norm) : std::string();
   return fmt::format(
       "{{\"step\":{},\"loss\":{:.17g},\"lr\":{:.17g},\"seconds\":{:.9g},\"tokens_per_second\":{:.9g},"
-      "\"grad_norm\":{:.17g},\"ranks\":[{}]}}",
-      report.step, report.loss, report.lr, report.seconds, report.tokens_per_second, report.grad_norm, ranks);
+      "{}\"ranks\":[{}]}}",
+      report.step, report.loss, report.lr, report.seconds, report.tokens_per_second, grad_norm, ranks);
 }
 
 std::string val_metrics_line(std::size_t step, double val_loss) {

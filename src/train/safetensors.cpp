@@ -132,6 +132,16 @@ std::string read_header(int fd, std::size_t file_size, const Refusal& refuse) {
   std::uint64_t n_header = 0;
   for (int byte = 0; byte < 8; ++byte) n_header |= std::uint64_t{length[byte]} << (8 * byte);
   if (n_header > file_size - 8) {
+    // A length past the end with no JSON object after it: another kind of
+    // file (a text file's first 8 bytes), not a checkpoint cut short.
+    char open = '{';
+    if (int err = read_all(fd, &open, 1, 8)) throw refuse.io("read", err);
+    if (open != '{') {
+      throw refuse.bad(fmt::format(
+          "is not a safetensors file: its first 8 bytes, read as the header's length, give {} bytes, more than the "
+          "file holds, and no JSON header follows them",
+          n_header));
+    }
     throw refuse.bad(
         fmt::format("is truncated: its header length is {} bytes, but only {} bytes follow", n_header, file_size - 8));
   }

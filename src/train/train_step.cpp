@@ -64,7 +64,7 @@ StepResult train_step(dist::Comm& comm, Replica& replica, const Corpus& train, c
   result.loss =
       replica.backward(train.batch(step, o.batch, o.model.block_size, comm.rank(), comm.size()), o.grad_accum);
   result.peak = max_of(result.peak, replica.memory_bytes());
-  if (!std::isfinite(result.loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", result.loss, step));
+  if (!std::isfinite(result.loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", result.loss, step + 1));
   result.lr = schedule.get_lr(step);
   replica.set_lr(result.lr);
   set_phase("the optimizer step", step + 1);

@@ -130,12 +130,20 @@ dist::CommOptions comm_options(const TrainOptions& o) {
   return {.timeout = std::chrono::milliseconds(std::llround(o.timeout * 1000))};
 }
 
-// The metrics file is truncated at the start: naming the corpus would erase it.
-void check_metrics_is_not_data(const std::string& metrics, const std::string& data) {
+// The metrics file is written from the run's start: it must be none of the
+// files the run reads (the corpus, the checkpoint it starts from) nor one it
+// saves, and never a checkpoint.
+void check_metrics_file(const TrainOptions& o) {
+  if (o.metrics.empty()) return;
   std::error_code error;
-  if (!metrics.empty() && fs::equivalent(metrics, data, error)) {
-    throw std::invalid_argument(fmt::format("--metrics file '{}' is the --data file '{}'", metrics, data));
-  }
+  const auto refuse = [&](const std::string& what) {
+    throw std::invalid_argument(fmt::format("--metrics file '{}' is {}: it would be overwritten", o.metrics, what));
+  };
+  if (fs::equivalent(o.metrics, o.data, error)) refuse(fmt::format("the --data file '{}'", o.data));
+  const std::string start = start_checkpoint(o);
+  if (!start.empty() && fs::equivalent(o.metrics, start, error))
+    refuse(fmt::format("the checkpoint the run starts from ('{}')", start));
+  if (fs::path(o.metrics).extension() == ".safetensors") refuse("named as a checkpoint (.safetensors)");
 }
 
 // A rate above kMaxRate diverges on the first step; inf and NaN would save
@@ -155,7 +163,9 @@ void check_optimizer(const TrainOptions& o) {
   check_in("--weight-decay", o.adamw.weight_decay, 0, kMaxRate, "]");
   check_in("--beta1", o.adamw.betas.first, 0, 1, ")");
   check_in("--beta2", o.adamw.betas.second, 0, 1, ")");
-  check_in("--eps", o.adamw.eps, 0, 1, "]");
+  // eps 0 divides 0 by 0 for a parameter whose gradient is 0 so far.
+  if (!(o.adamw.eps > 0 && o.adamw.eps <= 1))
+    throw std::invalid_argument(fmt::format("--eps must be a number in (0, 1] (got {})", o.adamw.eps));
 }
 
 std::string describe(const RankMemory& m) {
@@ -193,35 +203,16 @@ void check_fits(const TrainOptions& o, const TrainObserver& observer) {
 
 // Returns the warning the run's start prints, or "".
 std::string check_options(const TrainOptions& o, const Corpus& corpus, const TrainObserver& observer) {
-  check_optimizer(o);
-  o.model.check();
-  optim::AdamW::factory(o.adamw);
-  lr_schedule(o);
-  if (o.zero < 0 || o.zero > 3)
-    throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", o.zero));
-  if (o.grad_accum == 0) throw std::invalid_argument("--grad-accum must be at least 1 (got 0)");
-  if (!(o.clip >= 0) || !std::isfinite(o.clip)) {
-    throw std::invalid_argument(fmt::format("--clip must be a finite norm >= 0 (got {})", o.clip));
-  }
-  if (!(o.timeout >= kMinTimeout && o.timeout <= kMaxTimeout)) {
-    throw std::invalid_argument(fmt::format("--timeout must be a number of seconds from {} to {:g} (got {})",
-                                            kMinTimeout, kMaxTimeout, o.timeout));
-  }
+  check_flags(o);
   if (corpus.num_windows(o.model.block_size) == 0) {
     throw std::invalid_argument(fmt::format("data file '{}' has {} tokens, too few for one window of {} + 1 tokens",
                                             corpus.name(), corpus.size(), o.model.block_size));
   }
-  if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
-  if (o.bitwise && o.batch > dist::ExactSum::kMaxTerms) {
-    throw std::invalid_argument(fmt::format("--bitwise sums at most {} windows exactly per step (got --batch {})",
-                                            dist::ExactSum::kMaxTerms, o.batch));
-  }
-  if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   // The checkpoint before the memory: a checkpoint's bad sizes are named as the checkpoint's.
   const std::string warning = check_start(o, corpus);
   if (o.memory_check) check_fits(o, observer);
   if (!o.save_dir.empty()) check_writable_dir(o.save_dir);
-  check_metrics_is_not_data(o.metrics, o.data);
+  check_metrics_file(o);
   if (!o.metrics.empty() && !std::ofstream(o.metrics, std::ios::app)) {
     throw std::invalid_argument(fmt::format("--metrics file '{}' cannot be written", o.metrics));
   }
@@ -343,7 +334,8 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                        .corpus = corpus.name(),
                        .val_corpus = val.name(),
                        .warning = warning});
-    if (!o.metrics.empty()) metrics.open(o.metrics, std::ios::trunc);
+    // A resumed run goes on with the history it resumes, as nanoGPT's and llm.c's logs do.
+    if (!o.metrics.empty()) metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
   }
   // Collective: the checkpoint of the run after steps_taken steps.
   const DataFingerprint data = fingerprint(corpus, o.val_fraction);
@@ -394,7 +386,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
     StepReport report{.step = step,
                       .lr = result.lr,
                       .loss = result.loss,
-                      .grad_norm = result.grad_norm,
+                      .grad_norm = o.clip > 0 ? std::optional(result.grad_norm) : std::nullopt,
                       .seconds = seconds,
                       .tokens_per_second = static_cast<double>(B * T) / seconds,
                       .ranks = RankPayload::all_gather(comm, mine),
@@ -458,6 +450,37 @@ class CallbackObserver final : public TrainObserver {
 };
 
 }  // namespace
+
+void check_flags(const TrainOptions& o) {
+  check_optimizer(o);
+  if (o.schedule == optim::LRScheduleKind::Constant) {
+    // The cosine's own settings would be silently ignored.
+    for (const auto& [given, flag] : {std::pair(o.warmup_steps.has_value(), "--warmup-steps"),
+                                      std::pair(o.decay_steps != 0, "--decay-steps"),
+                                      std::pair(o.min_lr.has_value(), "--min-lr")}) {
+      if (given) throw std::invalid_argument(fmt::format("{} applies to --schedule cosine, not constant", flag));
+    }
+  }
+  o.model.check();
+  optim::AdamW::factory(o.adamw);
+  lr_schedule(o);
+  if (o.zero < 0 || o.zero > 3)
+    throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", o.zero));
+  if (o.grad_accum == 0) throw std::invalid_argument("--grad-accum must be at least 1 (got 0)");
+  if (!(o.clip >= 0) || !std::isfinite(o.clip)) {
+    throw std::invalid_argument(fmt::format("--clip must be a finite norm >= 0 (got {})", o.clip));
+  }
+  if (!(o.timeout >= kMinTimeout && o.timeout <= kMaxTimeout)) {
+    throw std::invalid_argument(fmt::format("--timeout must be a number of seconds from {} to {:g} (got {})",
+                                            kMinTimeout, kMaxTimeout, o.timeout));
+  }
+  if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
+  if (o.bitwise && o.batch > dist::ExactSum::kMaxTerms) {
+    throw std::invalid_argument(fmt::format("--bitwise sums at most {} windows exactly per step (got --batch {})",
+                                            dist::ExactSum::kMaxTerms, o.batch));
+  }
+  if (o.save_every > 0 && o.save_dir.empty()) throw std::invalid_argument("--save-every needs --save DIR");
+}
 
 optim::LRSchedule lr_schedule(const TrainOptions& options) {
   // A run of no steps has no lr to schedule: decay over one step keeps the default schedule valid.

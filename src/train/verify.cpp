@@ -94,13 +94,13 @@ class VerifyObserver final : public TrainObserver {
     if (step + 1 == options_.steps && verdict.failed) {
       throw std::runtime_error(
           !verdict.failed_same_bits
-              ? fmt::format("verify failed: at step {} the ranks do not hold the same bits", verdict.failed_step)
+              ? fmt::format("verify failed: at step {} the ranks do not hold the same bits", verdict.failed_step + 1)
           : options_.bitwise
               ? fmt::format("verify --bitwise failed: at step {} the ranks' bits differ from one process's "
                             "(largest difference {:.3g})",
-                            verdict.failed_step, verdict.failed_worst)
+                            verdict.failed_step + 1, verdict.failed_worst)
               : fmt::format("verify failed: at step {} the ranks differ from one process by {:.3g} (tolerance {:.0e})",
-                            verdict.failed_step, verdict.failed_worst, tolerance_));
+                            verdict.failed_step + 1, verdict.failed_worst, tolerance_));
     }
   }
 

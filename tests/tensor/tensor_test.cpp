@@ -37,6 +37,17 @@ TEST(TensorTest, ZeroSizedDimsHaveNoElements) {
   EXPECT_TRUE(t.data().empty());
 }
 
+// A product of sizes that would wrap is refused, never a short allocation.
+TEST(TensorTest, AShapeWhoseProductOverflowsIsRefused) {
+  const std::size_t big = std::size_t{1} << 32;
+  EXPECT_THROW_WITH(Tensor::zeros({big, big}), std::invalid_argument,
+                    "shape [4294967296, 4294967296] holds more values than memory can address");
+  EXPECT_THROW_WITH(Tensor::zeros({(std::size_t{1} << 63) + 1, 2}), std::invalid_argument, "more values than");
+  EXPECT_THROW(Tensor::zeros({std::size_t{1} << 62}), std::invalid_argument);  // its bytes overflow
+  EXPECT_EQ(numel_of({big, big, 0}), 0u);
+  EXPECT_EQ(numel_of({big, 3}), 3 * big);
+}
+
 TEST(TensorTest, CopiesShareOneArray) {
   Tensor a = Tensor::zeros({2});
   Tensor b = a;

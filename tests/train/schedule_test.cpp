@@ -203,5 +203,28 @@ TEST(TrainerScheduleTest, RejectsABadScheduleBeforeWritingAnything) {
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt"));
 }
 
+// The norm is computed only to clip: without clipping the metrics leave it
+// out rather than claim 0, and with clipping each line holds it.
+TEST(TrainerScheduleTest, TheMetricsHoldTheGradientNormOnlyWhenClipping) {
+  const testing::ScratchDir dir("tinyllm-grad-norm");
+  for (const double clip : {0.0, 1.0}) {
+    TrainOptions o = testing::tiny_run();
+    o.clip = clip;
+    o.metrics = dir / "m.jsonl";
+    std::vector<StepReport> reports;
+    train(o, [&](const StepReport& r) { reports.push_back(r); });
+    std::ifstream in(o.metrics);
+    for (const StepReport& r : reports) {
+      std::string line;
+      std::getline(in, line);
+      EXPECT_EQ(r.grad_norm.has_value(), clip > 0);
+      EXPECT_EQ(line.find("\"grad_norm\":") != std::string::npos, clip > 0) << line;
+      if (r.grad_norm) {
+        EXPECT_GT(*r.grad_norm, 0) << line;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tinyllm::train

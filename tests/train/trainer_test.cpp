@@ -6,8 +6,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "support/expect_throw.h"
+#include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/metrics.h"
 #include "train_testing.h"
 
@@ -125,7 +128,14 @@ TEST(TrainerTest, ALossThatIsNotFiniteStopsTheRunNamingTheStep) {
   o.adamw.betas = {0, 0};
   o.clip = 0;
   o.steps = 50;
-  EXPECT_THROW_WITH(train(o), std::runtime_error, "at step");
+  // Counted from 1, as the progress line counts: the step after the last reported.
+  std::size_t reported = 0;
+  try {
+    train(o, [&](const StepReport& r) { reported = r.step + 1; });
+    ADD_FAILURE() << "the loss stayed finite";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("at step {}", reported + 1)), std::string::npos) << e.what();
+  }
 }
 
 // The bytes each rank reports are exactly the table `tinyllm memory`
@@ -234,6 +244,58 @@ TEST(TrainerTest, MetricsFileHasOneJsonObjectPerStep) {
     EXPECT_NE(lines[i].find("\"ranks\":[{\"rank\":0,"), std::string::npos);
     EXPECT_NE(lines[i].find("{\"rank\":1,"), std::string::npos);
   }
+}
+
+// A resumed run appends to its metrics, as nanoGPT's and llm.c's logs do;
+// a fresh run starts the file anew.
+TEST(TrainerTest, AResumedRunAppendsToItsMetrics) {
+  const testing::ScratchDir dir("tinyllm-trainer-metrics-resume");
+  TrainOptions o = testing::tiny_run();
+  o.steps = 2;
+  o.metrics = dir / "m.jsonl";
+  o.save_dir = dir / "run";
+  train(o);
+  o.steps = 4;
+  o.resume = o.save_dir;
+  train(o);
+  const auto steps = [&] {
+    std::ifstream in(o.metrics);
+    std::vector<std::size_t> seen;
+    for (std::string line; std::getline(in, line);) seen.push_back(std::stoul(line.substr(line.find(':') + 1)));
+    return seen;
+  };
+  EXPECT_EQ(steps(), (std::vector<std::size_t>{0, 1, 2, 3}));
+  o.resume.clear();
+  o.overwrite = true;
+  o.steps = 1;
+  train(o);
+  EXPECT_EQ(steps(), (std::vector<std::size_t>{0}));
+}
+
+// The metrics file is never a file the run reads, nor a checkpoint.
+TEST(TrainerTest, TheMetricsFileIsNeverACheckpointOrTheData) {
+  const testing::ScratchDir dir("tinyllm-trainer-metrics-files");
+  TrainOptions o = testing::tiny_run();
+  o.steps = 1;
+  o.save_dir = dir / "run";
+  train(o);
+  const std::string saved = checkpoint_path(o.save_dir, 1);
+  const std::uintmax_t bytes = std::filesystem::file_size(saved);
+  TrainOptions again = o;
+  again.steps = 2;
+  again.resume = saved;
+  again.metrics = saved;
+  EXPECT_THROW_WITH(train(again), std::invalid_argument, "is the checkpoint the run starts from");
+  again.resume.clear();
+  again.init = saved;
+  again.save_dir.clear();
+  EXPECT_THROW_WITH(train(again), std::invalid_argument, "is the checkpoint the run starts from");
+  again.init.clear();
+  again.metrics = (std::filesystem::path(dir / "run") / kBestCheckpoint).string();
+  EXPECT_THROW_WITH(train(again), std::invalid_argument, "named as a checkpoint (.safetensors)");
+  again.metrics = again.data;
+  EXPECT_THROW_WITH(train(again), std::invalid_argument, "is the --data file");
+  EXPECT_EQ(std::filesystem::file_size(saved), bytes);
 }
 
 // The largest rise, after step 5, of the validation loss (after every

@@ -63,7 +63,7 @@ TEST(VerifyTest, ADifferenceAboveTheToleranceFailsOnEveryRank) {
   std::atomic<int> reported = 0;
   EXPECT_THROW_WITH(verify(
                         o, {}, [&](const VerifyStep&) { ++reported; }, -1.0),
-                    std::runtime_error, "verify failed: at step 0 the ranks differ from one process by ");
+                    std::runtime_error, "verify failed: at step 1 the ranks differ from one process by ");
   EXPECT_EQ(reported, 2);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -70,7 +71,10 @@ class GPT : public Module {
   // max_new_tokens tokens, each drawn from the last position's logits on
   // the context cropped to its last block_size tokens, under no-grad.
   // std::invalid_argument for an empty idx or a bad temperature or top_k.
-  std::vector<int> generate(std::span<const int> idx, const GenerateOptions& options, Generator& gen) const;
+  // on_token, where given, sees each new token as it is drawn (a caller
+  // that streams the text).
+  std::vector<int> generate(std::span<const int> idx, const GenerateOptions& options, Generator& gen,
+                            const std::function<void(int)>& on_token = {}) const;
 
   const GPTConfig& config() const { return config_; }
 

@@ -18,6 +18,8 @@ namespace tinyllm {
 using Shape = std::vector<std::size_t>;
 
 std::string to_string(const Shape& shape);  // "[3, 2]"
+// The product of the sizes; std::invalid_argument where it, or its bytes
+// as doubles, would overflow a size_t.
 std::size_t numel_of(const Shape& shape);
 
 namespace autograd {

@@ -71,7 +71,7 @@ std::uint64_t theory_bytes_sent(int zero, const nn::GPTConfig& config, int p, in
 // This process's peak resident set so far, in bytes.
 std::size_t peak_rss_bytes();
 
-// {"step":…,"loss":…,"lr":…,"seconds":…,"tokens_per_second":…,"grad_norm":…,
+// {"step":…,"loss":…,"lr":…,"seconds":…,"tokens_per_second":…,"grad_norm":… (with clipping only),
 //  "ranks":[{"rank":0,"params_bytes":…,"grads_bytes":…,"optimizer_bytes":…,
 //  "peak_state_bytes":…,"peak_rss_bytes":…,"bytes_sent":…,"theory_bytes_sent":…},…]}
 std::string metrics_line(const StepReport& report);

@@ -106,7 +106,7 @@ struct StepReport {
   std::size_t step = 0;  // from 0
   double lr = 0;         // the learning rate the step used
   double loss = 0.0;     // mean over the global batch
-  double grad_norm = 0;  // before clipping (only when clipping)
+  std::optional<double> grad_norm;  // before clipping; absent without clipping, which does not compute it
   double seconds = 0.0;  // wall time of this step
   double tokens_per_second = 0.0;
   std::vector<RankStats> ranks;
@@ -168,6 +168,12 @@ class TrainObserver {
 // The corpus the options train on and the one they validate on
 // (Corpus::split); std::invalid_argument for a bad file or fraction.
 std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options);
+
+// The options' own rules, which need no file: each value in its range, the
+// batch against world and grad_accum, the schedule; std::invalid_argument
+// naming the flag. train() checks them first, and a command line can
+// before it runs.
+void check_flags(const TrainOptions& options);
 
 // The checkpoint --resume (or else --init) names: the file, or its
 // directory's latest (find_checkpoint); "" for neither.

@@ -145,3 +145,7 @@ def _raise_rank_error(failure, errors):
 
 
 __all__ = ["Comm", "CommError", "SpawnError", "chunk_bounds", "spawn", "mpi_comm", "launched_by_mpirun"]
+
+# The submodule as an attribute, as torch.distributed exposes its own:
+# `from tinyllm import dist` then `dist.zero.ZeroOptimizer` works.
+from . import zero  # noqa: E402  (it uses the names above)
