@@ -145,9 +145,10 @@ def test_procs_result_that_cannot_be_pickled_is_an_error():
 
 
 def test_spawn_refuses_bad_arguments():
-    for world in (0, -1, 2.5, "4", True):
-        with pytest.raises(ValueError, match=r"world must be a positive int \(got"):
+    for world in (0, -1, 2.5, "4", True, 2**31, 10**6):
+        with pytest.raises(ValueError, match=r"world must be (an int|from 1 to 65536, .*) \(got"):
             dist.spawn(lambda comm: None, world)
+    assert dist.spawn(lambda comm: comm.rank, np.int64(2)) == [0, 1]
     with pytest.raises(TypeError, match=r"fn must be callable \(got int 3\)"):
         dist.spawn(3, 2)
     with pytest.raises(ValueError, match=r"backend must be 'threads' or 'procs' \(got 'mpi'\)"):

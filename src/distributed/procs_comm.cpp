@@ -162,7 +162,10 @@ void watch(detail::ShmGroup& group, std::vector<pid_t>& children) {
 }  // namespace
 
 void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options) {
-  if (p < 1) throw std::invalid_argument(fmt::format("run_procs: world size must be at least 1 (got {})", p));
+  if (p < 1 || p > kMaxSharedMemoryWorld) {
+    throw std::invalid_argument(
+        fmt::format("run_procs: world size must be from 1 to {} (got {})", kMaxSharedMemoryWorld, p));
+  }
   check_options(options, "run_procs");
   const std::size_t slot = detail::ShmGroup::kDefaultSlotDoubles;
   SharedSegment segment(detail::ShmGroup::bytes_needed(p, slot));

@@ -12,7 +12,10 @@
 namespace tinyllm::dist {
 
 void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions options) {
-  if (p < 1) throw std::invalid_argument("run_threads: world size must be at least 1 (got " + std::to_string(p) + ")");
+  if (p < 1 || p > kMaxSharedMemoryWorld) {
+    throw std::invalid_argument("run_threads: world size must be from 1 to " + std::to_string(kMaxSharedMemoryWorld) +
+                                " (got " + std::to_string(p) + ")");
+  }
   check_options(options, "run_threads");
   const std::size_t bytes = detail::ShmGroup::bytes_needed(p, detail::ShmGroup::kDefaultSlotDoubles);
   std::unique_ptr<void, decltype(&std::free)> memory(std::aligned_alloc(4096, bytes), &std::free);

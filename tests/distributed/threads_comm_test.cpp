@@ -47,9 +47,13 @@ TEST(RunThreadsTest, RethrowsTheFailureWithItsRankAndType) {
   EXPECT_THROW_WITH(dist::run_threads(3, body), std::invalid_argument, "rank 2: bad value 7");
 }
 
-TEST(RunThreadsTest, RejectsAWorldBelowOne) {
+TEST(RunThreadsTest, RejectsAWorldOutsideItsRange) {
   EXPECT_THROW_WITH(dist::run_threads(0, [](dist::Comm&) {}), std::invalid_argument,
-                    "world size must be at least 1 (got 0)");
+                    "world size must be from 1 to 65536 (got 0)");
+  EXPECT_THROW_WITH(dist::run_threads(dist::kMaxSharedMemoryWorld + 1, [](dist::Comm&) {}), std::invalid_argument,
+                    "run_threads: world size must be from 1 to 65536 (got 65537)");
+  EXPECT_THROW_WITH(dist::run_procs(dist::kMaxSharedMemoryWorld + 1, [](dist::Comm&) {}), std::invalid_argument,
+                    "run_procs: world size must be from 1 to 65536 (got 65537)");
 }
 
 // Every backend checks CommOptions::timeout before it starts a rank.

@@ -36,6 +36,11 @@ struct CommOptions {
   bool single_copy = true;
 };
 
+// The most ranks run_threads and run_procs start: their shared-memory
+// collectives give each rank two values of every slot. (mpirun's worlds
+// have no such bound.)
+inline constexpr int kMaxSharedMemoryWorld = 65536;
+
 // The longest timeout a backend accepts: a deadline of now + timeout must
 // fit steady_clock's nanoseconds (about 292 years), and 10^9 s (31 years)
 // leaves room for any uptime.

@@ -13,6 +13,8 @@ mpi_comm() is this process's communicator.
 A Comm is valid only while the fn it was given to runs.
 """
 
+import numbers
+import operator
 import os
 import pickle
 import re
@@ -30,12 +32,18 @@ class SpawnError(RuntimeError):
     """A rank raised an exception that cannot be rebuilt with its own type."""
 
 
+_MAX_WORLD = 65536  # dist::kMaxSharedMemoryWorld
+
+
 def spawn(fn, world, backend="threads", timeout=60.0):
     """fn(comm) on `world` ranks; the list of their results, by rank."""
     if not callable(fn):
         raise TypeError(f"spawn: fn must be callable (got {type(fn).__name__} {fn!r})")
-    if isinstance(world, bool) or not isinstance(world, int) or world <= 0:
-        raise ValueError(f"spawn: world must be a positive int (got {world!r})")
+    if isinstance(world, bool) or not isinstance(world, numbers.Integral):
+        raise ValueError(f"spawn: world must be an int (got {type(world).__name__} {world!r})")
+    world = operator.index(world)  # NumPy's integers too
+    if not 1 <= world <= _MAX_WORLD:
+        raise ValueError(f"spawn: world must be from 1 to {_MAX_WORLD}, the shared-memory backends' limit (got {world})")
     if backend == "threads":
         return _spawn_threads(fn, world, timeout)
     if backend == "procs":
