@@ -92,12 +92,7 @@ CLI::Option* add_integer(CLI::App& app, const std::string& flag, std::optional<s
 }
 
 struct ModelFlags {
-  std::vector<CLI::Option*> options;
-  bool given() const {
-    for (const CLI::Option* o : options)
-      if (o->count() > 0) return true;
-    return false;
-  }
+  std::vector<CLI::Option*> options;  // --layers --heads --width --seq
 };
 
 ModelFlags add_model(CLI::App& app, nn::GPTConfig& m) {
@@ -201,7 +196,14 @@ void adopt_checkpoint(train::TrainOptions& o, const RunFlags& flags) {
   const std::string path = train::start_checkpoint(o);
   if (path.empty()) return;
   const train::CheckpointInfo info = train::read_checkpoint_info(train::SafetensorsFile::open(path));
-  if (!flags.model.given()) o.model = info.config;
+  // Each size not given is the checkpoint's; one given that differs is refused by the run.
+  const nn::GPTConfig& c = info.config;
+  std::size_t nn::GPTConfig::*const sizes[] = {&nn::GPTConfig::n_layer, &nn::GPTConfig::n_head,
+                                               &nn::GPTConfig::n_embd, &nn::GPTConfig::block_size};
+  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+    if (flags.model.options[i]->count() == 0) o.model.*sizes[i] = c.*sizes[i];
+  }
+  o.model.vocab_size = c.vocab_size;
   if (o.resume.empty()) return;
   if (flags.batch->count() == 0) o.batch = info.batch;
   if (flags.seed->count() == 0) o.seed = info.seed;
