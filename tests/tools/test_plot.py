@@ -95,3 +95,14 @@ def test_rejects_a_missing_file(tmp_path):
     assert result.returncode == 1
     assert f"tools/plot: {missing}: cannot be read (No such file or directory)" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_format_follows_the_extension(tmp_path):
+    metrics = write(tmp_path / "run.jsonl", [step_line(s) for s in range(5)])
+    assert plot(metrics, "-o", tmp_path / "run.svg").returncode == 0
+    assert (tmp_path / "run.svg").read_text().lstrip().startswith("<?xml")
+    assert plot(metrics, "-o", tmp_path / "run.pdf").returncode == 0
+    assert (tmp_path / "run.pdf").read_bytes().startswith(b"%PDF")
+    result = plot(metrics, "-o", tmp_path / "run.gif")
+    assert result.returncode == 2 and "one of .png, .svg or .pdf" in result.stderr
+    assert not (tmp_path / "run.gif").exists()
