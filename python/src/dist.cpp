@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -68,9 +69,14 @@ py::object new_like(const py::object& x, std::size_t n) {
 }
 
 dist::CommOptions options(double timeout_s) {
-  if (!(timeout_s > 0))
-    throw py::value_error("spawn: timeout must be positive (got " + std::to_string(timeout_s) + ")");
-  return {.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000))};
+  // Checked before the cast: a double past long long's range (inf) would be undefined behaviour.
+  constexpr double kMaxSeconds = static_cast<double>(dist::kMaxTimeout.count()) / 1000;
+  if (!(timeout_s >= 0.001 && timeout_s <= kMaxSeconds)) {
+    throw py::value_error(py::str("spawn: timeout must be a number of seconds from 0.001 to {:g} (got {})")
+                              .format(kMaxSeconds, timeout_s)
+                              .cast<std::string>());
+  }
+  return {.timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000))};
 }
 
 // Runs fn(comm) as this rank, holding the GIL; a Python exception leaves as

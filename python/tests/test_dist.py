@@ -209,3 +209,9 @@ def test_zero_is_an_attribute_of_dist_without_importing_it():
 
     for code in ["import tinyllm; tinyllm.dist.zero.ZeroOptimizer", "from tinyllm import dist; dist.zero.DDP"]:
         subprocess.run([sys.executable, "-c", code], check=True, env=os.environ)
+
+
+def test_spawn_refuses_a_timeout_out_of_range():
+    for timeout in (0, -1, float("inf"), float("nan"), 1e300):
+        with pytest.raises(ValueError, match=r"timeout must be a number of seconds from 0.001 to 1e\+09"):
+            dist.spawn(lambda comm: None, 1, timeout=timeout)
