@@ -165,8 +165,8 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   app.add_option("--init", o.init, "start from this checkpoint's weights (fresh optimizer, step 0)");
   app.add_flag_function(
       "--no-memory-check", [&o](std::int64_t) { o.memory_check = false; },
-               "start even where the predicted peak per rank exceeds the memory available (running out of it "
-               "then ends the run with an error)");
+      "start even where the predicted peak per rank exceeds the memory available (running out of it "
+      "then ends the run with an error)");
   return flags;
 }
 
@@ -198,8 +198,8 @@ void adopt_checkpoint(train::TrainOptions& o, const RunFlags& flags) {
   const train::CheckpointInfo info = train::read_checkpoint_info(train::SafetensorsFile::open(path));
   // Each size not given is the checkpoint's; one given that differs is refused by the run.
   const nn::GPTConfig& c = info.config;
-  std::size_t nn::GPTConfig::*const sizes[] = {&nn::GPTConfig::n_layer, &nn::GPTConfig::n_head,
-                                               &nn::GPTConfig::n_embd, &nn::GPTConfig::block_size};
+  std::size_t nn::GPTConfig::*const sizes[] = {&nn::GPTConfig::n_layer, &nn::GPTConfig::n_head, &nn::GPTConfig::n_embd,
+                                               &nn::GPTConfig::block_size};
   for (std::size_t i = 0; i < std::size(sizes); ++i) {
     if (flags.model.options[i]->count() == 0) o.model.*sizes[i] = c.*sizes[i];
   }
@@ -569,9 +569,8 @@ int main(int argc, char** argv) {
     return 0;
   };
   try {
-    for (auto [command, options, names, flags] :
-         {std::tuple(train, &train_options, &train_names, &train_flags),
-          std::tuple(verify, &verify_options, &verify_names, &verify_flags)}) {
+    for (auto [command, options, names, flags] : {std::tuple(train, &train_options, &train_names, &train_flags),
+                                                  std::tuple(verify, &verify_options, &verify_names, &verify_flags)}) {
       if (!command->parsed()) continue;
       if (const int status = usage([&] {
             parse_names(*options, *names);

@@ -74,8 +74,8 @@ std::optional<MemoryLimit> cgroup_memory(const std::string& root) {
   const std::size_t cache = stat_number(root + "/memory.stat", v2 ? "file" : "total_cache").value_or(0);
   const std::size_t held = *usage > cache ? *usage - cache : 0;
   return MemoryLimit{*limit > held ? *limit - held : 0,
-                     fmt::format("the memory cgroup's limit of {} ({}), less the {} its processes hold", memory_size(*limit),
-                                 limit_file, memory_size(held)),
+                     fmt::format("the memory cgroup's limit of {} ({}), less the {} its processes hold",
+                                 memory_size(*limit), limit_file, memory_size(held)),
                      false};
 }
 
@@ -99,9 +99,8 @@ std::vector<MemoryLimit> available_memory() {
     rlimit limit{};
     if (getrlimit(r.resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) continue;
     const std::size_t used = proc_kib("/proc/self/status", r.used), cap = limit.rlim_cur;
-    limits.push_back(
-        {cap > used ? cap - used : 0, fmt::format("{}, less the {} this process maps", r.name, memory_size(used)), true,
-         true});
+    limits.push_back({cap > used ? cap - used : 0,
+                      fmt::format("{}, less the {} this process maps", r.name, memory_size(used)), true, true});
   }
   return limits;
 }
@@ -129,11 +128,10 @@ void check_memory(const MemoryNeed& need, const std::vector<MemoryLimit>& limits
           : "";
   const std::string once =
       need.once > 0 ? fmt::format(" + {} for {}", memory_size(need.once), need.once_name) : std::string();
-  throw std::invalid_argument(fmt::format("{} needs up to {} per rank{}{} x {} rank{}{}{}, but {} are available ({})",
-                                          need.run, memory_size(need.per_rank), split, unmapped, ranks,
-                                          ranks == 1 ? "" : "s",
-                                          worst->per_process ? " in this process" : " on this machine", once,
-                                          memory_size(worst->bytes), worst->name));
+  throw std::invalid_argument(fmt::format(
+      "{} needs up to {} per rank{}{} x {} rank{}{}{}, but {} are available ({})", need.run, memory_size(need.per_rank),
+      split, unmapped, ranks, ranks == 1 ? "" : "s", worst->per_process ? " in this process" : " on this machine", once,
+      memory_size(worst->bytes), worst->name));
 }
 
 }  // namespace tinyllm::train

@@ -27,9 +27,7 @@ thread_local Phase phase;
 
 void set_phase(const char* what, std::size_t step) { phase = {what, step}; }
 
-std::string current_phase() {
-  return phase.step > 0 ? fmt::format("{}, step {}", phase.what, phase.step) : phase.what;
-}
+std::string current_phase() { return phase.step > 0 ? fmt::format("{}, step {}", phase.what, phase.step) : phase.what; }
 
 RunStart start_run(const TrainOptions& o, dist::Comm& comm, int zero) {
   std::shared_ptr<nn::GPT> model;
@@ -64,7 +62,8 @@ StepResult train_step(dist::Comm& comm, Replica& replica, const Corpus& train, c
   result.loss =
       replica.backward(train.batch(step, o.batch, o.model.block_size, comm.rank(), comm.size()), o.grad_accum);
   result.peak = max_of(result.peak, replica.memory_bytes());
-  if (!std::isfinite(result.loss)) throw std::runtime_error(fmt::format("loss is {} at step {}", result.loss, step + 1));
+  if (!std::isfinite(result.loss))
+    throw std::runtime_error(fmt::format("loss is {} at step {}", result.loss, step + 1));
   result.lr = schedule.get_lr(step);
   replica.set_lr(result.lr);
   set_phase("the optimizer step", step + 1);

@@ -186,8 +186,7 @@ void check_fits(const TrainOptions& o, const TrainObserver& observer) {
     on_machine = std::max(1, launcher_number({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(1));
   }
   if (world < 1) return;
-  const RankMemory m = predict_rank_memory(o.zero, o.model, world, 0, o.batch, o.grad_accum, o.overlap, o.bitwise,
-                                           o.val_fraction > 0 && o.eval_every > 0);
+  const RankMemory m = predict_run_memory(o, world);
   const MemoryBeside beside = observer.memory_beside_ranks(o);
   const MemoryNeed need{
       .run = fmt::format("{} with --zero {} on {} rank{}", describe(o.model), o.zero, world, world == 1 ? "" : "s"),
@@ -303,11 +302,11 @@ int first_stop_signal(const std::vector<RankStats>& ranks) {
 
 // The validation loss is due after the eval_every-th steps and the last.
 bool evaluates(const TrainOptions& o, std::size_t step) {
-  return o.val_fraction > 0 && o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
+  return validates(o) && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps);
 }
 
 std::size_t num_val_windows(const TrainOptions& o, const Corpus& val) {
-  if (o.val_fraction == 0 || o.eval_every == 0) return 0;
+  if (!validates(o)) return 0;
   return num_eval_windows(val, o.batch, o.model.block_size, o.eval_batches);
 }
 
@@ -430,8 +429,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
 // A rank that ran out of memory: what it could not allocate, where, and the
 // prediction the memory check made (or that it was off).
 std::string out_of_memory_message(const TrainOptions& o, int world, const std::bad_alloc& e) {
-  const RankMemory m = predict_rank_memory(o.zero, o.model, world, 0, o.batch, o.grad_accum, o.overlap, o.bitwise,
-                                           o.val_fraction > 0 && o.eval_every > 0);
+  const RankMemory m = predict_run_memory(o, world);
   const std::string what = dynamic_cast<const OutOfMemory*>(&e) ? e.what() : "out of memory";
   return fmt::format("{} (during {}); the memory check {} up to {} per rank ({}); left now: {}", what, current_phase(),
                      o.memory_check ? "predicted" : "was off (--no-memory-check); it would have predicted",
@@ -451,13 +449,19 @@ class CallbackObserver final : public TrainObserver {
 
 }  // namespace
 
+bool validates(const TrainOptions& o) { return o.val_fraction > 0 && o.eval_every > 0; }
+
+RankMemory predict_run_memory(const TrainOptions& o, int world) {
+  return predict_rank_memory(o.zero, o.model, world, 0, o.batch, o.grad_accum, o.overlap, o.bitwise, validates(o));
+}
+
 void check_flags(const TrainOptions& o) {
   check_optimizer(o);
   if (o.schedule == optim::LRScheduleKind::Constant) {
     // The cosine's own settings would be silently ignored.
-    for (const auto& [given, flag] : {std::pair(o.warmup_steps.has_value(), "--warmup-steps"),
-                                      std::pair(o.decay_steps != 0, "--decay-steps"),
-                                      std::pair(o.min_lr.has_value(), "--min-lr")}) {
+    for (const auto& [given, flag] :
+         {std::pair(o.warmup_steps.has_value(), "--warmup-steps"), std::pair(o.decay_steps != 0, "--decay-steps"),
+          std::pair(o.min_lr.has_value(), "--min-lr")}) {
       if (given) throw std::invalid_argument(fmt::format("{} applies to --schedule cosine, not constant", flag));
     }
   }

@@ -71,8 +71,10 @@ class VerifyObserver final : public TrainObserver {
   // each step: three regions of n on every rank, and the reference's.
   MemoryBeside memory_beside_ranks(const TrainOptions& o) const override {
     const std::size_t n = o.model.num_parameters(), ranks = static_cast<std::size_t>(std::max(o.world, 1));
-    const RankMemory reference = predict_rank_memory(0, o.model, 1, 0, o.batch, o.grad_accum, false, o.bitwise,
-                                                     o.val_fraction > 0 && o.eval_every > 0);
+    TrainOptions one_process = o;
+    one_process.zero = 0;
+    one_process.overlap = false;
+    const RankMemory reference = predict_run_memory(one_process, 1);
     return {.bytes = reference.total() - reference.base + 3 * n * sizeof(double) * (ranks + 1),
             .what = "verify's one-process reference and the states it compares"};
   }

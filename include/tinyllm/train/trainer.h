@@ -23,6 +23,7 @@
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
 #include "tinyllm/train/launch.h"
+#include "tinyllm/train/metrics.h"
 #include "tinyllm/train/replica.h"
 
 namespace tinyllm::train {
@@ -103,11 +104,11 @@ struct RankStats {
 };
 
 struct StepReport {
-  std::size_t step = 0;  // from 0
-  double lr = 0;         // the learning rate the step used
-  double loss = 0.0;     // mean over the global batch
+  std::size_t step = 0;             // from 0
+  double lr = 0;                    // the learning rate the step used
+  double loss = 0.0;                // mean over the global batch
   std::optional<double> grad_norm;  // before clipping; absent without clipping, which does not compute it
-  double seconds = 0.0;  // wall time of this step
+  double seconds = 0.0;             // wall time of this step
   double tokens_per_second = 0.0;
   std::vector<RankStats> ranks;
   std::optional<double> val_loss;  // after this step's update, when it was evaluated
@@ -174,6 +175,13 @@ std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options);
 // naming the flag. train() checks them first, and a command line can
 // before it runs.
 void check_flags(const TrainOptions& options);
+
+// Whether the run takes validation losses between its steps.
+bool validates(const TrainOptions& options);
+
+// Rank 0's predicted peak (it holds the largest chunk) in the options' run
+// on `world` ranks: predict_rank_memory of its mode, batch and flags.
+RankMemory predict_run_memory(const TrainOptions& options, int world);
 
 // The checkpoint --resume (or else --init) names: the file, or its
 // directory's latest (find_checkpoint); "" for neither.
