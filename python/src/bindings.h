@@ -30,12 +30,15 @@ void bind_nn(py::module_& m);
 void bind_optim(py::module_& m);
 void bind_dist(py::module_& m);
 
-// A NumPy array over the tensor's values, sharing its memory; the array keeps
-// the tensor alive. ValueError while the values are released.
+// A NumPy array over the tensor's values, sharing their memory and keeping
+// it alive (Tensor.numpy(): read-only while the tensor requires grad and
+// grad mode is on). ValueError while the values are released.
 py::array numpy_view(const Tensor& t);
-// A new leaf tensor holding a copy of any numeric array (converted to float64).
-Tensor tensor_from_array(const py::array_t<double, py::array::c_style | py::array::forcecast>& values,
-                         bool requires_grad);
+py::array values_view(const Tensor& t, bool writable);
+// A new leaf tensor holding a float64 copy of any array or nested list of
+// booleans, integers or floats; TypeError for anything else (strings,
+// objects, complex numbers), which a cast would parse or truncate.
+Tensor tensor_from_array(const py::object& data, bool requires_grad);
 // The memory of an array a collective or an optimizer works on in place: it
 // must be a writable, C-contiguous float64 array (a copy would silently lose
 // the result), else ValueError naming what it got. `who` leads the message.

@@ -49,15 +49,41 @@ class NoGrad {
 
 }  // namespace
 
-py::array numpy_view(const Tensor& t) {
+py::array values_view(const Tensor& t, bool writable) {
   std::span<double> values = t.data();
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-  py::capsule owner(new Tensor(t), [](void* p) { delete static_cast<Tensor*>(p); });
-  return py::array(py::dtype::of<double>(), shape, values.data(), owner);
+  // The array holds the memory, not the tensor: DDP, ZeRO and stage 3's
+  // release may move the tensor's values elsewhere, and the array must not
+  // dangle when they do.
+  using Owner = std::shared_ptr<const void>;
+  py::capsule owner(new Owner(t.impl().data.owner()), [](void* p) { delete static_cast<Owner*>(p); });
+  py::array out(py::dtype::of<double>(), shape, values.data(), owner);
+  if (!writable) out.attr("setflags")(py::arg("write") = false);
+  return out;
 }
 
-Tensor tensor_from_array(const py::array_t<double, py::array::c_style | py::array::forcecast>& values,
-                         bool requires_grad) {
+py::array numpy_view(const Tensor& t) {
+  // As torch refuses .numpy() on a tensor that requires grad, a write that
+  // autograd would not see is refused: the view is read-only while it
+  // records. Under no_grad it is writable, and the version moves on so that
+  // a backward through an older forward refuses to run.
+  if (t.requires_grad() && autograd::is_grad_enabled()) return values_view(t, false);
+  if (!autograd::is_grad_enabled()) ++t.impl().version;
+  return values_view(t, true);
+}
+
+Tensor tensor_from_array(const py::object& data, bool requires_grad) {
+  // NumPy's cast would parse strings ("1.5") and call float() on objects.
+  const py::array given = py::array::ensure(data);
+  const char kind = given ? given.dtype().kind() : 'O';
+  if (kind != 'b' && kind != 'i' && kind != 'u' && kind != 'f') {
+    const std::string got = given ? "dtype " + std::string(py::str(given.dtype()))
+                                  : std::string(py::str(py::type::of(data).attr("__name__")));
+    throw py::type_error("tinyllm.tensor: data must be booleans, integers or floats (got " + got + ": " +
+                         std::string(py::repr(data)).substr(0, 80) + ")");
+  }
+  using Float64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
+  const Float64 values = Float64::ensure(given);
   std::vector<double> copy(values.data(), values.data() + values.size());
   return Tensor::from(std::move(copy), shape_of(values), requires_grad);
 }
@@ -116,11 +142,15 @@ void bind_tensor(py::module_& m) {
                     [](Tensor& t, bool requires_grad) { t.set_requires_grad(requires_grad); })
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
       .def_property_readonly("grad", &grad_copy, "A copy of the gradient as a new Tensor, or None")
-      .def("numpy", &numpy_view, "A writable NumPy view sharing this tensor's memory")
+      .def("numpy", &numpy_view,
+           "A NumPy view sharing this tensor's memory: read-only while the tensor requires grad and grad mode is "
+           "on, writable otherwise")
+      .def_property_readonly("_version", [](const Tensor& t) { return t.impl().version; })
       .def(
           "__array__", [](const Tensor& t, py::object) { return numpy_view(t); }, py::arg("dtype") = py::none())
       .def("item", &Tensor::item)
-      .def("tolist", [](const Tensor& t) { return numpy_view(t).attr("tolist")(); })
+      .def("tolist", [](const Tensor& t) { return values_view(t, false).attr("tolist")(); })
+      .def("_values", [](const Tensor& t) { return values_view(t, false); }, "A read-only view, for repr")
       .def("clone", &Tensor::clone, Release())
       .def("zero_grad", &Tensor::zero_grad)
       .def(

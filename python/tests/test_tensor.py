@@ -117,10 +117,72 @@ def test_shape_mismatch_is_a_value_error_naming_both_shapes():
 
 
 def test_tensor_refuses_what_is_not_a_number():
-    with pytest.raises((TypeError, ValueError)):
-        tinyllm.tensor(np.array(["a", "b"]))
+    # NumPy's float cast would parse the strings and call float() on objects.
+    for data in (["1.5", "2"], np.array(["a", "b"]), "3", [1.0, None], [1 + 2j], [object()]):
+        with pytest.raises(TypeError, match="must be booleans, integers or floats"):
+            tinyllm.tensor(data)
+    np.testing.assert_array_equal(tinyllm.tensor([True, 2, 3.5]).numpy(), [1.0, 2.0, 3.5])
     with pytest.raises(TypeError):
         tinyllm.tensor(np.ones(2)) + "x"
+
+
+def test_a_view_of_a_tensor_that_requires_grad_is_read_only_while_grad_is_on():
+    a = tinyllm.tensor([1.0, 2.0], requires_grad=True)
+    b = a * a
+    with pytest.raises(ValueError, match="read-only"):
+        a.numpy()[0] = 100.0
+    b.sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [2.0, 4.0])
+    assert tinyllm.tensor([1.0]).numpy().flags.writeable  # no grad: writable, as before
+
+
+def test_a_write_under_no_grad_after_the_forward_refuses_the_backward():
+    a = tinyllm.tensor([1.0, 2.0], requires_grad=True)
+    b = (a * a).sum()
+    with tinyllm.no_grad():
+        a.numpy()[0] = 100.0
+    with pytest.raises(ValueError, match="modified in place after the forward"):
+        b.backward()
+    assert a.grad is None
+    (a * a).sum().backward()  # a new forward sees the new value
+    np.testing.assert_array_equal(a.grad.numpy(), [200.0, 4.0])
+
+
+def test_a_view_keeps_its_memory_when_zero_releases_the_parameter():
+    from tinyllm import dist, optim
+    from tinyllm.dist.zero import DDP, ZeroOptimizer
+
+    def rank(comm):
+        w = tinyllm.tensor(np.arange(8.0), requires_grad=True)
+        zo = ZeroOptimizer(optim.SGD, [w], comm, 3, lr=0.5)
+        zo.gather()
+        before = w.numpy()
+        seen = before.copy()
+        (w * w).sum().backward()
+        zo.step()  # releases w's values
+        tinyllm.empty_cache()
+        filler = tinyllm.full([8], -1.0)  # would take the freed block
+        np.testing.assert_array_equal(before, seen)
+        zo.gather()
+        return w.numpy().copy(), filler.numpy().copy()
+
+    for w, _ in dist.spawn(rank, 2):
+        np.testing.assert_array_equal(w, np.arange(8.0) * 0.0)  # w - 0.5 * 2w
+
+    # A view taken before DDP moves the values into its flat vector keeps the
+    # old memory, never the averaged gradient that reuses it.
+    def ddp_rank(comm):
+        net = tinyllm.nn.Linear(4, 4)
+        with tinyllm.no_grad():
+            before = net.weight.numpy()
+        seen = before.copy()
+        model = DDP(net, comm)
+        model(tinyllm.tensor(np.ones((2, 4)) * (comm.rank + 1))).sum().backward()
+        model.sync_grads()
+        tinyllm.empty_cache()
+        return np.array_equal(before, seen)
+
+    assert dist.spawn(ddp_rank, 2) == [True, True]
 
 
 def test_a_shape_whose_product_overflows_is_a_value_error():

@@ -41,7 +41,7 @@ class no_grad:
 def _repr(t):
     grad = ", requires_grad=True" if t.requires_grad else ""
     try:
-        values = repr(t.numpy())[len("array(") : -1]
+        values = repr(t._values())[len("array(") : -1]
     except ValueError:
         values = "<released>"
     return f"tensor({values}{grad})"

@@ -35,6 +35,34 @@ void BitwiseGrads::add(std::size_t first, std::size_t last) {
   }
 }
 
+void BitwiseGrads::end_leaf(GradBuckets& buckets, const char* who) {
+  if (!buckets.touched()) {
+    throw std::logic_error(
+        fmt::format("{}: no backward since the last add_leaf() (each leaf's backward is followed by exactly one "
+                    "add_leaf(); another would count an empty leaf and shrink the mean)",
+                    who));
+  }
+  buckets.flush();
+  sum_.end_term();
+}
+
+namespace {
+
+// Out of the exact range, ExactSum's limbs turn an element into NaN: the
+// step must not hand that to the optimizer as a parameter update.
+void check_finite(Comm& comm, std::span<const double> mean, bool same_everywhere, const char* who) {
+  const auto bad = std::find_if(mean.begin(), mean.end(), [](double g) { return !std::isfinite(g); });
+  double any = bad != mean.end() ? 1.0 : 0.0;
+  if (!same_everywhere) comm.all_reduce({&any, 1}, ReduceOp::Sum);
+  if (any == 0) return;
+  throw std::range_error(fmt::format(
+      "{}: bitwise mode: the mean gradient is not finite{}: a gradient was NaN, infinite or beyond bitwise mode's "
+      "exact range, |g| < 2^20 (docs/BITWISE.md); lower the learning rate, or train without bitwise mode",
+      who, bad != mean.end() ? fmt::format(" (element {} of {} is {})", bad - mean.begin(), mean.size(), *bad) : ""));
+}
+
+}  // namespace
+
 double BitwiseGrads::leaves(Comm& comm, const char* who) {
   // Counts below 2^53 sum exactly in any order.
   double count = static_cast<double>(sum_.terms());
@@ -52,6 +80,7 @@ void BitwiseGrads::all_reduce_mean(Comm& comm, std::span<double> flat, const cha
   sum_.result(flat);
   for (double& g : flat) g /= count;
   sum_.clear();
+  check_finite(comm, flat, true, who);
 }
 
 void BitwiseGrads::reduce_scatter_mean(Comm& comm, std::span<double> chunk, const char* who) {
@@ -63,6 +92,7 @@ void BitwiseGrads::reduce_scatter_mean(Comm& comm, std::span<double> chunk, cons
   exact_sum_value(s.first(m), s.subspan(m, m), s.subspan(2 * m), chunk);
   for (double& g : chunk) g /= count;
   sum_.clear();
+  check_finite(comm, chunk, false, who);
 }
 
 double exact_norm(Comm& comm, std::span<const double> x) {

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "grad_buckets.h"
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/distributed/exact_sum.h"
 #include "tinyllm/tensor/tensor.h"
@@ -31,16 +32,23 @@ class BitwiseGrads {
   // their offsets into the current leaf, then zeroes or drops them, so that
   // the next backward starts from zero.
   void add(std::size_t first, std::size_t last);
-  // The current leaf is complete. std::length_error past ExactSum::kMaxTerms.
-  void end_leaf() { sum_.end_term(); }
+  // The current leaf is complete: the buckets backward has not added are
+  // added (buckets.flush()). std::logic_error, prefixed by `who`, when no
+  // backward ran since the last leaf (a second add_leaf() would count an
+  // empty leaf and shrink the mean); std::length_error past
+  // ExactSum::kMaxTerms.
+  void end_leaf(GradBuckets& buckets, const char* who);
   // Drops the leaves added so far (a step that was not taken).
   void clear() { sum_.clear(); }
   // Collective. flat (n values) becomes the mean over every rank's leaves:
   // one all_reduce of the 3n limbs. std::invalid_argument, prefixed by
-  // `who`, on every rank when no rank added a leaf.
+  // `who`, on every rank when no rank added a leaf; std::range_error on
+  // every rank when the mean is not finite (a gradient NaN, infinite or
+  // beyond the exact range, ExactSum::kMaxMagnitude).
   void all_reduce_mean(Comm& comm, std::span<double> flat, const char* who);
   // Collective. chunk (this rank's chunk_bounds of n) becomes that part of
-  // the mean: one reduce_scatter per limb.
+  // the mean: one reduce_scatter per limb. The same errors, on every rank
+  // (one more all_reduce, of a flag, tells them all).
   void reduce_scatter_mean(Comm& comm, std::span<double> chunk, const char* who);
   // Values held: the limbs and the limb chunks.
   std::size_t held() const { return sum_.limbs().size() + chunk_limbs_.size(); }

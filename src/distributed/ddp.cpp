@@ -20,7 +20,8 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buc
   params_ = module_->parameters();
   check_same_parameters(comm_, params_, "DDP", /*stage=*/0);
   materialize(params_);  // a deferred model: every replica holds all of it anyway
-  broadcast_params(comm_, params_);
+  broadcast_params(comm_, params_);  // the frozen too: the replicas start equal
+  take_frozen(params_);
   grads_ = std::make_unique<FlatGrads>(params_);
   stream_ = std::make_unique<CommStream>(comm_, buckets.overlap);
   buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, buckets, "DDP"), *stream_,
@@ -58,8 +59,7 @@ NoSyncGuard DDP::no_sync() { return NoSyncGuard(*buckets_); }
 
 void DDP::add_leaf() {
   if (!bitwise_) throw std::logic_error("DDP::add_leaf: only in bitwise mode (BucketOptions::bitwise)");
-  buckets_->flush();  // adds the buckets backward has not
-  bitwise_->end_leaf();
+  bitwise_->end_leaf(*buckets_, "DDP::add_leaf");
 }
 
 double DDP::clip_grad_norm(double max_norm) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -69,14 +70,14 @@ void own_copy(Storage& s, const Storage& whole) {
 }
 
 // Each tensor's view into whole (its values or its gradient) becomes a
-// buffer of its own. Where the memory for that is not there (a destructor
-// must not throw, and this runs as a run fails for memory), whole is kept
-// forever for the views left instead.
-void own_copies(const std::vector<Tensor>& params, Storage TensorImpl::*member, Storage& whole) noexcept {
+// buffer of its own, so that no tensor pins the whole vector. Where the
+// memory for that is not there (a destructor must not throw, and this runs
+// as a run fails for memory), the views left share whole's memory, which
+// lives as long as they do.
+void own_copies(const std::vector<Tensor>& params, Storage TensorImpl::*member, const Storage& whole) noexcept {
   try {
     for (const Tensor& p : params) own_copy(p.impl().*member, whole);
   } catch (const std::bad_alloc&) {
-    whole.keep_forever();
   }
 }
 
@@ -86,11 +87,21 @@ std::string mode_name(int stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO
 struct Parameters {
   bool invalid = false;  // its own problem, which that rank reports
   int stage = 0;
-  std::size_t tensors = 0, values = 0;
-  std::uint64_t shapes_hash = 0;
+  std::size_t tensors = 0, values = 0, frozen = 0;
+  std::uint64_t shapes_hash = 0, frozen_hash = 0;
 };
-using ParametersPayload =
-    Payload<Parameters, [](auto& s, auto& io) { io(s.invalid, s.stage, s.tensors, s.values, s.shapes_hash); }>;
+using ParametersPayload = Payload<Parameters, [](auto& s, auto& io) {
+  io(s.invalid, s.stage, s.tensors, s.values, s.frozen, s.shapes_hash, s.frozen_hash);
+}>;
+
+// Which parameters are frozen (requires_grad false), hashed by index.
+std::uint64_t frozen_hash(const std::vector<Tensor>& params) {
+  std::uint64_t h = detail::kFnv1aBasis;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].requires_grad()) h = detail::fnv1a(std::as_bytes(std::span(&i, 1)), h);
+  }
+  return h;
+}
 
 }  // namespace
 
@@ -117,7 +128,7 @@ FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)) { 
 
 FlatGrads::~FlatGrads() {
   for (const Tensor& p : params_) {
-    if (lies_in(p.impl().grad_home, flat_)) p.impl().grad_home = {};
+    if (lies_in(p.impl().grad_home.span(), flat_)) p.impl().grad_home = Storage();
   }
   own_copies(params_, &TensorImpl::grad, flat_);
 }
@@ -139,7 +150,7 @@ std::span<double> FlatGrads::adopt(std::size_t first, std::size_t last) {
     } else {
       std::copy(grad.span().begin(), grad.span().end(), segment.begin());
     }
-    grad = Storage::view(segment);
+    grad = flat_.view(offset, p.numel());
   });
   return flat_.span().subspan(begin, end - begin);
 }
@@ -147,7 +158,7 @@ std::span<double> FlatGrads::adopt(std::size_t first, std::size_t last) {
 void FlatGrads::release() {
   for (const Tensor& p : params_) {
     TensorImpl& impl = p.impl();
-    if (lies_in(impl.grad_home, flat_)) impl.grad_home = {};
+    if (lies_in(impl.grad_home.span(), flat_)) impl.grad_home = Storage();
     impl.grad = Storage();
   }
   flat_ = Storage();
@@ -157,7 +168,7 @@ void FlatGrads::allocate() {
   if (!flat_.empty()) return;
   flat_ = Storage(flat_length(params_));
   for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
-    p.impl().grad_home = flat_.span().subspan(offset, p.numel());
+    p.impl().grad_home = flat_.view(offset, p.numel());
   });
 }
 
@@ -190,7 +201,7 @@ void FlatParams::allocate() {
 
 void FlatParams::view_values() {
   for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
-    p.impl().data = Storage::view(flat_.span().subspan(offset, p.numel()));
+    p.impl().data = flat_.view(offset, p.numel());
   });
 }
 
@@ -247,11 +258,17 @@ void broadcast_params(Comm& comm, const std::vector<Tensor>& params) {
 void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int stage) {
   const std::string own_problem = list_problem(params);
   const bool listed = own_problem.empty();
+  const auto frozen = [&params] {
+    return static_cast<std::size_t>(std::count_if(params.begin(), params.end(),
+                                                  [](const Tensor& p) { return !p.requires_grad(); }));
+  };
   const Parameters mine{.invalid = !listed,
                         .stage = stage,
                         .tensors = params.size(),
                         .values = listed ? flat_length(params) : 0,
-                        .shapes_hash = listed ? shapes_hash(params) : 0};
+                        .frozen = listed ? frozen() : 0,
+                        .shapes_hash = listed ? shapes_hash(params) : 0,
+                        .frozen_hash = listed ? frozen_hash(params) : 0};
   const std::vector<Parameters> all = ParametersPayload::all_gather(comm, mine);
 
   const auto fail = [&](const std::string& what) {
@@ -279,7 +296,46 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
                       "rank 0's",
                       q, theirs.tensors, theirs.values));
     }
+    if (theirs.frozen != first.frozen || theirs.frozen_hash != first.frozen_hash) {
+      fail(fmt::format("ranks disagree on which parameters are frozen (requires_grad false): rank {} freezes {} of "
+                       "them, rank 0 {}{}",
+                       q, theirs.frozen, first.frozen, theirs.frozen == first.frozen ? ", not the same ones" : ""));
+    }
   }
+  if (first.frozen == first.tensors) fail("every parameter is frozen (requires_grad false): there is nothing to train");
+}
+
+std::vector<Tensor> take_frozen(std::vector<Tensor>& params) {
+  std::vector<Tensor> frozen;
+  std::copy_if(params.begin(), params.end(), std::back_inserter(frozen),
+               [](const Tensor& p) { return !p.requires_grad(); });
+  std::erase_if(params, [](const Tensor& p) { return !p.requires_grad(); });
+  return frozen;
+}
+
+namespace {
+
+// root's text, on every rank.
+std::string broadcast_text(Comm& comm, const std::string& text, int root) {
+  const auto length = SinglePayload<std::uint64_t>::broadcast(comm, text.size(), root);
+  std::vector<double> chars(length);
+  if (comm.rank() == root) std::copy(text.begin(), text.end(), chars.begin());
+  comm.broadcast(chars, root);
+  return std::string(chars.begin(), chars.end());
+}
+
+}  // namespace
+
+void check_same_optimizer(Comm& comm, const optim::Optimizer& optimizer, const char* who) {
+  const std::string mine = optimizer.describe();
+  const std::uint64_t hash = detail::fnv1a(mine);
+  const std::vector<std::uint64_t> all = SinglePayload<std::uint64_t>::all_gather(comm, hash);
+  const auto differs = std::find_if(all.begin(), all.end(), [&all](std::uint64_t h) { return h != all[0]; });
+  if (differs == all.end()) return;
+  const int q = static_cast<int>(differs - all.begin());
+  const std::string first = broadcast_text(comm, mine, 0), theirs = broadcast_text(comm, mine, q);
+  throw std::invalid_argument(fmt::format("{}: {}: ranks disagree on the optimizer: rank {} builds {}, rank 0 {}",
+                                          comm.who(), who, q, theirs, first));
 }
 
 void check_every_rank_has_grads(Comm& comm, const std::vector<Tensor>& params, bool reduced, const char* who) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tinyllm/distributed/comm.h"
+#include "tinyllm/optim/optimizer.h"
 #include "tinyllm/tensor/storage.h"
 #include "tinyllm/tensor/tensor.h"
 
@@ -87,7 +88,20 @@ void broadcast_params(Comm& comm, const std::vector<Tensor>& params);
 // ranks disagree on the number of parameters, their shapes or `stage` (the
 // ZeRO stage, 0 for DDP). One small all_gather, before any collective of
 // length n.
+// Also when they disagree on which are frozen (requires_grad false), or
+// every one is.
 void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const char* who, int stage);
+
+// Moves the frozen parameters out of the list, in order, and returns them:
+// DDP and ZeroOptimizer leave them whole and untouched on every rank, as
+// torch's DDP and optimizers skip a parameter that never gets a grad.
+std::vector<Tensor> take_frozen(std::vector<Tensor>& params);
+
+// Throws std::invalid_argument on every rank, prefixed by `who`, when the
+// ranks' optimizers differ in class or hyperparameters (describe()): each
+// would step its own chunk by its own rule. One small all_gather, and two
+// broadcasts of the descriptions when they differ.
+void check_same_optimizer(Comm& comm, const optim::Optimizer& optimizer, const char* who);
 
 // Throws std::invalid_argument on every rank, naming the ranks, when some
 // rank brings no gradient at all to a reduction (backward() never ran):

@@ -26,8 +26,10 @@ std::vector<std::pair<std::size_t, std::size_t>> unit_runs(const std::vector<Ten
   std::vector<std::pair<std::size_t, std::size_t>> runs;
   for (std::size_t u = 0; u < units.size(); ++u) {
     if (!units[u]) throw std::invalid_argument(fmt::format("ZeroOptimizer: unit {} is null", u));
-    const std::vector<Tensor> own = units[u]->parameters();
+    std::vector<Tensor> own = units[u]->parameters();
     if (own.empty()) throw std::invalid_argument(fmt::format("ZeroOptimizer: unit {} has no parameters", u));
+    take_frozen(own);  // frozen parameters stay whole, in no unit
+    if (own.empty()) continue;
     const auto at = std::find_if(params.begin(), params.end(), [&](const Tensor& p) { return p.same(own[0]); });
     const std::size_t first = static_cast<std::size_t>(at - params.begin());
     for (std::size_t j = 0; j < own.size(); ++j) {
@@ -78,6 +80,11 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
                     options.units.size(), stage_));
   }
   check_same_parameters(comm_, params_, "ZeroOptimizer", stage_);
+  const std::vector<Tensor> frozen = take_frozen(params_);
+  if (!frozen.empty()) {
+    materialize(frozen);
+    broadcast_params(comm_, frozen);
+  }
   // A deferred model is made chunk by chunk: stage 3 keeps only its chunk,
   // and stages 1 and 2 all-gather the chunks straight into the flat vectors,
   // so that no rank holds the parameters twice while it builds.
@@ -112,6 +119,7 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
     }
   }
   inner_ = make_inner({master_chunk_});
+  check_same_optimizer(comm_, *inner_, "ZeroOptimizer");
   if (stage_ == 1) grads_ = std::make_unique<FlatGrads>(params_);
   if (stage_ == 3) {
     for (std::size_t g = 0; g < groups_.size(); ++g) release_group(g);
@@ -318,8 +326,7 @@ NoSyncGuard ZeroOptimizer::no_sync() { return NoSyncGuard(*buckets_); }
 
 void ZeroOptimizer::add_leaf() {
   if (!bitwise_) throw std::logic_error("ZeroOptimizer::add_leaf: only in bitwise mode (BucketOptions::bitwise)");
-  buckets_->flush();  // adds the buckets backward has not
-  bitwise_->end_leaf();
+  bitwise_->end_leaf(*buckets_, "ZeroOptimizer::add_leaf");
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {

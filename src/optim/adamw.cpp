@@ -101,6 +101,12 @@ TINYLLM_CLONES void adamw_update(double* __restrict p, const double* __restrict 
 
 }  // namespace
 
+std::string AdamW::describe() const {
+  const AdamWOptions& o = options_;
+  return fmt::format("AdamW(lr={}, betas=({}, {}), eps={}, weight_decay={})", o.lr, o.betas.first, o.betas.second,
+                     o.eps, o.weight_decay);
+}
+
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options, NoDecay no_decay)
     : Optimizer(std::move(params)), options_(checked(options)), no_decay_(std::move(no_decay)), state_(params_.size()) {
   check_no_decay(no_decay_, params_);

@@ -38,6 +38,12 @@ SGDOptions checked(SGDOptions options) {
 
 }  // namespace
 
+std::string SGD::describe() const {
+  const SGDOptions& o = options_;
+  return fmt::format("SGD(lr={}, momentum={}, dampening={}, weight_decay={}, nesterov={})", o.lr, o.momentum,
+                     o.dampening, o.weight_decay, o.nesterov);
+}
+
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : Optimizer(std::move(params)), options_(checked(options)), momentum_buffers_(params_.size()) {}
 

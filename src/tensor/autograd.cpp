@@ -1,7 +1,14 @@
 #include "tinyllm/tensor/autograd.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <iterator>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <unordered_set>
 #include <utility>
 
@@ -76,9 +83,12 @@ void record(Tensor& out, std::vector<Tensor> inputs, BackwardFn backward) {
   bool any = false;
   for (const Tensor& input : inputs) any = any || input.requires_grad();
   if (!any || !is_grad_enabled()) return;
+  std::vector<std::uint64_t> versions;
+  versions.reserve(inputs.size());
+  for (const Tensor& input : inputs) versions.push_back(input.impl().version);
   TensorImpl& impl = out.impl();
   impl.requires_grad = true;
-  impl.grad_fn = std::make_shared<Node>(Node{std::move(inputs), std::move(backward)});
+  impl.grad_fn = std::make_shared<Node>(Node{std::move(inputs), std::move(backward), std::move(versions), impl.version});
 }
 
 namespace {
@@ -105,12 +115,61 @@ std::vector<std::vector<Tensor>> leaves_final_after(const std::vector<Tensor>& o
   return final_after;
 }
 
+// Refuses, before any gradient moves, a graph whose ops would compute with
+// values changed since their forward.
+void check_versions(const std::vector<Tensor>& order) {
+  const auto refuse = [](const Tensor& t, std::string role, std::uint64_t recorded) {
+    throw std::invalid_argument(fmt::format(
+        "Tensor::backward: {}, a {} tensor, was modified in place after the forward (it is at version {}, the op "
+        "saw version {}); run the forward again after changing it",
+        role, to_string(t.shape()), t.impl().version, recorded));
+  };
+  for (const Tensor& tensor : order) {
+    const Node& node = *tensor.grad_fn();
+    if (tensor.impl().version != node.output_version) refuse(tensor, "an op's output", node.output_version);
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      if (node.inputs[i].impl().version != node.input_versions[i]) {
+        refuse(node.inputs[i], fmt::format("input {} of an op", i), node.input_versions[i]);
+      }
+    }
+  }
+}
+
+// Backwards on several threads may share leaves (one model, each thread
+// with its own batch), and a node adds into its inputs' grads: it holds the
+// locks of the leaves it adds into, taken in one global order. Locks are
+// striped by address, so no tensor carries a mutex.
+class LeafLocks {
+ public:
+  explicit LeafLocks(const Node& node) {
+    for (const Tensor& input : node.inputs) {
+      if (input.is_leaf() && input.requires_grad()) held_.push_back(&stripe(input.impl()));
+    }
+    std::sort(held_.begin(), held_.end());
+    held_.erase(std::unique(held_.begin(), held_.end()), held_.end());
+    for (std::mutex* m : held_) m->lock();
+  }
+  ~LeafLocks() {
+    for (std::mutex* m : held_) m->unlock();
+  }
+  LeafLocks(const LeafLocks&) = delete;
+  LeafLocks& operator=(const LeafLocks&) = delete;
+
+ private:
+  static std::mutex& stripe(const TensorImpl& impl) {
+    static std::array<std::mutex, 64> stripes;
+    return stripes[(reinterpret_cast<std::uintptr_t>(&impl) >> 4) % stripes.size()];
+  }
+  std::vector<std::mutex*> held_;
+};
+
 void run_graph(const Tensor& root) {
   if (!root.grad_fn()) {  // a leaf: the seed already sits in its grad
     run_hooks(root);
     return;
   }
   std::vector<Tensor> order = topological_order(root);
+  check_versions(order);
   const std::vector<std::vector<Tensor>> final_after = leaves_final_after(order);
   // Reverse post-order: a tensor runs after every consumer has added its
   // share. Its grad and saved tensors are dropped right after, which keeps
@@ -120,6 +179,7 @@ void run_graph(const Tensor& root) {
     Node& node = *tensor.grad_fn();
     if (!tensor.grad().empty()) {
       run_hooks(tensor);
+      const LeafLocks locks(node);
       node.backward(tensor);
     }
     node.backward = nullptr;

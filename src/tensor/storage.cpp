@@ -3,11 +3,15 @@
 #include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <memory>
 #include <new>
+#include <stdexcept>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -105,6 +109,37 @@ BlockCache& cache() {
   return *instance;
 }
 
+// One buffer's memory, given back when the last Storage or owner() holding
+// it goes.
+class Block {
+ public:
+  explicit Block(std::size_t bytes) : bytes_(bytes) {
+    if (bytes >= kCachedFrom) {
+      data_ = cache().take(bytes);
+    } else {
+      data_ = static_cast<double*>(std::malloc(bytes));
+      if (data_ == nullptr) throw OutOfMemory(bytes);
+    }
+    count_allocation(bytes);
+  }
+  ~Block() {
+    allocated.fetch_sub(bytes_, std::memory_order_relaxed);
+    if (bytes_ >= kCachedFrom) {
+      cache().give(data_, bytes_);
+    } else {
+      std::free(data_);
+    }
+  }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+
+  double* data() const { return data_; }
+
+ private:
+  double* data_ = nullptr;
+  std::size_t bytes_;
+};
+
 }  // namespace
 
 OutOfMemory::OutOfMemory(std::size_t bytes, const char* what) : bytes_(bytes) {
@@ -114,46 +149,36 @@ OutOfMemory::OutOfMemory(std::size_t bytes, const char* what) : bytes_(bytes) {
 
 Storage::Storage(std::size_t size) : size_(size) {
   if (size == 0) return;
-  const std::size_t bytes = size * sizeof(double);
-  if (bytes >= kCachedFrom) {
-    data_ = cache().take(bytes);
-  } else {
-    data_ = static_cast<double*>(std::malloc(bytes));
-    if (data_ == nullptr) throw OutOfMemory(bytes);
-  }
-  count_allocation(bytes);
+  auto block = std::make_shared<Block>(size * sizeof(double));
+  data_ = block->data();
+  block_ = std::move(block);
 }
 
-Storage Storage::view(std::span<double> memory) {
+Storage Storage::view(std::size_t offset, std::size_t count) const {
+  if (offset > size_ || count > size_ - offset) {
+    throw std::out_of_range(fmt::format("Storage::view: elements [{}, {}) lie outside a buffer of {}", offset,
+                                        offset + count, size_));
+  }
   Storage s;
-  s.data_ = memory.data();
-  s.size_ = memory.size();
-  s.owned_ = false;
+  s.block_ = block_;
+  s.data_ = data_ + offset;
+  s.size_ = count;
+  s.is_view_ = true;
   return s;
 }
 
-Storage::~Storage() {
-  if (data_ == nullptr || !owned_) return;
-  const std::size_t bytes = size_ * sizeof(double);
-  allocated.fetch_sub(bytes, std::memory_order_relaxed);
-  if (bytes >= kCachedFrom) {
-    cache().give(data_, bytes);
-  } else {
-    std::free(data_);
-  }
-}
-
 Storage::Storage(Storage&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
+    : block_(std::move(other.block_)),
+      data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      owned_(std::exchange(other.owned_, true)) {}
+      is_view_(std::exchange(other.is_view_, false)) {}
 
 Storage& Storage::operator=(Storage&& other) noexcept {
   if (this != &other) {
-    Storage dying(std::move(*this));
+    block_ = std::move(other.block_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
-    owned_ = std::exchange(other.owned_, true);
+    is_view_ = std::exchange(other.is_view_, false);
   }
   return *this;
 }

@@ -118,7 +118,7 @@ std::span<double> Tensor::grad() const { return impl().grad.span(); }
 std::span<double> Tensor::mutable_grad() const {
   TensorImpl& self = impl();
   if (self.grad.empty() && self.numel > 0) {
-    self.grad = self.grad_home.empty() ? Storage(self.numel) : Storage::view(self.grad_home);
+    self.grad = self.grad_home.empty() ? Storage(self.numel) : self.grad_home.view(0, self.numel);
     std::fill(self.grad.span().begin(), self.grad.span().end(), 0.0);
   }
   return self.grad.span();

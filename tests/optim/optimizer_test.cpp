@@ -21,6 +21,7 @@ class CountingOptimizer : public Optimizer {
   StateDict state_dict() const override { return {}; }
   void load_state_dict(const StateDict&) override {}
   double lr() const override { return lr_; }
+  std::string describe() const override { return "CountingOptimizer()"; }
   int steps = 0;
 
  private:

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <tinyllm/tensor/autograd.h>
 
+#include <algorithm>
+#include <thread>
+#include <vector>
+
 #include "support/expect_throw.h"
 #include "support/gradcheck.h"
 
@@ -41,6 +45,44 @@ TEST(AutogradTest, BackwardAccumulatesAcrossCalls) {
   times(x, k).backward(Tensor::from({1, 1}, {2}));
   times(x, k).backward(Tensor::from({1, 1}, {2}));
   EXPECT_EQ(grad_of(x), (std::vector<double>{6, 8}));
+}
+
+// A write to an input after its op ran (a NumPy view taken under no_grad
+// bumps the version) makes backward refuse before any grad moves, as
+// torch's version counter does; one to the output too.
+TEST(AutogradTest, BackwardRefusesInputsChangedAfterTheForward) {
+  Tensor x = Tensor::from({1, 2}, {2}, true);
+  Tensor k = Tensor::from({3, 4}, {2});
+  Tensor y = times(times(x, x), k);
+  ++k.impl().version;
+  EXPECT_THROW_WITH(y.backward(Tensor::from({1, 1}, {2})), std::invalid_argument,
+                           "input 1 of an op, a [2] tensor, was modified in place after the forward (it is at "
+                           "version 1, the op saw version 0)");
+  EXPECT_TRUE(x.grad().empty()) << "no gradient may move before the check";
+
+  Tensor z = times(x, x);
+  ++z.impl().version;
+  EXPECT_THROW_WITH(z.backward(Tensor::from({1, 1}, {2})), std::invalid_argument, "an op's output");
+  Tensor fresh = times(x, k);  // a forward after the write sees the new version
+  fresh.backward(Tensor::from({1, 1}, {2}));
+  EXPECT_EQ(grad_of(x), (std::vector<double>{3, 4}));
+}
+
+// Backwards on several threads into one shared leaf lose no contribution.
+TEST(AutogradTest, ConcurrentBackwardsIntoASharedLeafAddUp) {
+  constexpr int kThreads = 4, kRounds = 200;
+  const std::size_t n = 4096;
+  Tensor w = Tensor::full({n}, 1.0, true);
+  Tensor c = Tensor::full({n}, 1.0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int r = 0; r < kRounds; ++r) times(w, c).backward(Tensor::full({n}, 1.0));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::vector<double> g = grad_of(w);
+  EXPECT_EQ(std::count(g.begin(), g.end(), double{kThreads * kRounds}), static_cast<std::ptrdiff_t>(n));
 }
 
 TEST(AutogradTest, ConsumersRunBeforeProducersInInputOrder) {

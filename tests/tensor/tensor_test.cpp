@@ -2,7 +2,10 @@
 #include <tinyllm/tensor/storage.h>
 #include <tinyllm/tensor/tensor.h>
 
+#include <algorithm>
+#include <memory>
 #include <span>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -88,13 +91,14 @@ TEST(TensorTest, BackwardOnALeafAccumulatesTheSeed) {
   EXPECT_EQ(std::vector<double>(w.grad().begin(), w.grad().end()), (std::vector<double>{11, 22}));
 }
 
-// A view lends memory that something else owns: neither it nor a storage
-// it is moved into frees it (a free here would crash or be reported by ASan).
-TEST(StorageTest, AViewNeverFreesTheMemoryItShows) {
+// A view shares its buffer's memory: dropping the view leaves the buffer
+// whole, and dropping the buffer first leaves the view readable (a use
+// after free here would be reported by ASan, which poisons cached blocks).
+TEST(StorageTest, AViewSharesItsBuffersMemory) {
   Storage owner(1 << 14);
   owner.data()[5] = 2.5;
   {
-    Storage view = Storage::view(owner.span().subspan(4, 8));
+    Storage view = owner.view(4, 8);
     EXPECT_TRUE(view.is_view());
     EXPECT_EQ(view.data(), owner.data() + 4);
     EXPECT_EQ(view.size(), 8u);
@@ -107,23 +111,39 @@ TEST(StorageTest, AViewNeverFreesTheMemoryItShows) {
   }
   EXPECT_FALSE(owner.is_view());
   EXPECT_EQ(owner.data()[5], 2.5);
+
+  const std::size_t before = allocated_bytes();
+  Storage view = owner.view(5, 1);
+  std::shared_ptr<const void> lent = owner.owner();
+  owner = Storage();
+  EXPECT_EQ(allocated_bytes(), before) << "the memory lives while a view or an owner() does";
+  Storage reuse(1 << 14);  // would take the same cached block if it had been given back
+  EXPECT_NE(reuse.data(), view.data() - 5);
+  EXPECT_EQ(view.data()[0], 2.5);
+  view = Storage();
+  EXPECT_EQ(allocated_bytes(), before + (1 << 14) * sizeof(double));
+  lent.reset();
+  EXPECT_EQ(allocated_bytes(), before) << "given back with the last holder";
+  EXPECT_THROW((void)reuse.view(1, 1 << 14), std::out_of_range);
 }
 
 // DDP and ZeRO give each parameter a grad home in their flat vector:
 // backward then adds straight into it, starting from zeros, and
 // zero_grad() drops the grad but not the home.
 TEST(TensorTest, AGradHomeReceivesTheGradStartingFromZeros) {
-  std::vector<double> flat{7, 7, 7, 7};
+  Storage flat(4);
+  std::fill(flat.data(), flat.data() + 4, 7.0);
+  const auto values = [&flat] { return std::vector<double>(flat.span().begin(), flat.span().end()); };
   Tensor w = Tensor::from({1, 2}, {2}, true);
-  w.impl().grad_home = std::span<double>(flat).subspan(1, 2);
+  w.impl().grad_home = flat.view(1, 2);
   for (int round = 0; round < 2; ++round) {
     (w * w).sum().backward();
     ASSERT_EQ(w.grad().data(), flat.data() + 1);
-    EXPECT_EQ(flat, (std::vector<double>{7, 2, 4, 7}));
+    EXPECT_EQ(values(), (std::vector<double>{7, 2, 4, 7}));
     w.zero_grad();
     EXPECT_TRUE(w.grad().empty());
   }
-  w.impl().grad_home = {};
+  w.impl().grad_home = Storage();
   (w * w).sum().backward();
   EXPECT_NE(w.grad().data(), flat.data() + 1);
   EXPECT_EQ(std::vector<double>(w.grad().begin(), w.grad().end()), (std::vector<double>{2, 4}));

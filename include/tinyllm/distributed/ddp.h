@@ -44,9 +44,11 @@ class DDP : public nn::Module {
   // Collective. Broadcasts rank 0's parameters into every rank's model. The
   // model is registered as the child "module", so parameters() is the
   // model's, in its order, and names read "module.<name>" as in PyTorch.
+  // Frozen parameters (requires_grad false) are broadcast too, then left
+  // alone: no bucket, no averaging, as in torch's DDP.
   // std::invalid_argument on every rank for a null model, a model without
-  // parameters, ranks whose models differ in parameter count or shapes,
-  // or a bucket size of 0.
+  // parameters or with every one frozen, ranks whose models differ in
+  // parameter count, shapes or which are frozen, or a bucket size of 0.
   DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buckets = {});
   // Grads still viewing the bucket become the parameters' own copies.
   ~DDP() override;

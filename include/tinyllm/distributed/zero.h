@@ -97,7 +97,10 @@ class ZeroOptimizer {
   // Collective. Broadcasts rank 0's parameters (replicas start equal, as
   // under DDP), copies this rank's chunk into the master chunk and builds
   // the inner optimizer over it with make_inner (which carries the user's
-  // hyperparameters). Stage 3 then releases the full parameters: call
+  // hyperparameters), which must be the same on every rank. Frozen
+  // parameters (requires_grad false) are broadcast, then left whole and
+  // untouched on every rank, as an optimizer skips a parameter that never
+  // gets a grad. Stage 3 then releases the full parameters: call
   // gather() before the first forward. std::invalid_argument, on every rank
   // and before any large collective, for a stage other than 1, 2 or 3, an
   // empty parameter list, ranks disagreeing on the stage or on the

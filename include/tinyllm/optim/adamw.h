@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,7 @@ class AdamW : public Optimizer {
 
   const AdamWOptions& options() const { return options_; }
   double lr() const override { return options_.lr; }
+  std::string describe() const override;
 
  private:
   void apply_lr(double lr) override { options_.lr = lr; }

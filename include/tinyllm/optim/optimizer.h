@@ -60,6 +60,11 @@ class Optimizer {
   virtual double lr() const = 0;
   // std::invalid_argument unless lr is finite and >= 0.
   void set_lr(double lr);
+  // The class and its hyperparameters, as torch prints an optimizer's
+  // defaults: "SGD(lr=0.1, momentum=0, ...)", each value in the shortest
+  // form that reads back to the same double, so that equal strings mean
+  // equal hyperparameters (ZeroOptimizer checks its ranks by them).
+  virtual std::string describe() const = 0;
 
  protected:
   // One parameter's entries in a StateDict, in the order of the field lists

@@ -4,6 +4,7 @@
 // parameter groups. Reference: https://pytorch.org/docs/stable/generated/torch.optim.SGD.html
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tinyllm/optim/optimizer.h"
@@ -35,6 +36,7 @@ class SGD : public Optimizer {
 
   const SGDOptions& options() const { return options_; }
   double lr() const override { return options_.lr; }
+  std::string describe() const override;
 
  private:
   void apply_lr(double lr) override { options_.lr = lr; }

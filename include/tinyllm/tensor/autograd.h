@@ -7,6 +7,7 @@
 // the intermediate tensors their grads.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct Node {
 
   std::vector<Tensor> inputs;
   BackwardFn backward;  // empty once the graph has been freed
+  // Each input's TensorImpl::version when the op ran, and the output's.
+  std::vector<std::uint64_t> input_versions;
+  std::uint64_t output_version = 0;
 };
 
 // True unless a NoGradGuard is alive on this thread.

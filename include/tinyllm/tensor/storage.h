@@ -1,5 +1,8 @@
-// Storage: one float64 buffer, uninitialised, owned by one tensor, or a
-// view of memory that something else owns (Storage::view).
+// Storage: one float64 buffer, uninitialised, or a view of part of one
+// (Storage::view). A buffer's memory is shared by its Storage and every view
+// and owner() taken of it, and lives until the last of them goes: a view
+// never dangles, even when the buffer's Storage is dropped or reassigned (a
+// NumPy array of a ZeRO stage-3 parameter outlives the step that releases it).
 //
 // Fresh pages are slow to touch, so large buffers come from a cache keyed by
 // exact length: a training step asks for the same lengths every step, and
@@ -10,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <new>
 #include <span>
 
@@ -33,10 +37,9 @@ class Storage {
  public:
   Storage() = default;
   explicit Storage(std::size_t size);  // values are not initialised
-  // Memory owned elsewhere (DDP's and ZeRO's flat vectors), never freed here:
-  // its owner must outlive the view or take it back first.
-  static Storage view(std::span<double> memory);
-  ~Storage();
+  // Elements [offset, offset + count) of this buffer, sharing its memory.
+  Storage view(std::size_t offset, std::size_t count) const;
+  // Move-only: a second handle on the same memory is spelled view().
   Storage(Storage&& other) noexcept;
   Storage& operator=(Storage&& other) noexcept;
   Storage(const Storage&) = delete;
@@ -46,16 +49,16 @@ class Storage {
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   std::span<double> span() const { return {data_, size_}; }
-  bool is_view() const { return !owned_; }
-  // Gives up ownership: the memory is never freed and this becomes a view
-  // of it. For a destructor that would copy its views out of a buffer but
-  // cannot get the memory: the views stay valid, the buffer is kept.
-  void keep_forever() { owned_ = false; }
+  bool is_view() const { return is_view_; }
+  // Keeps the memory alive for as long as the result is held (for memory
+  // lent outside the library: a NumPy array's base).
+  std::shared_ptr<const void> owner() const { return block_; }
 
  private:
+  std::shared_ptr<const void> block_;  // gives the memory back when the last holder goes
   double* data_ = nullptr;
   std::size_t size_ = 0;
-  bool owned_ = true;
+  bool is_view_ = false;
 };
 
 // Returns every cached block to the system; the bytes it freed.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -34,10 +35,15 @@ struct TensorImpl {
   std::size_t numel = 0;
   Storage data;  // empty while released (numel > 0): see Tensor::data()
   Storage grad;  // empty until a backward reaches this tensor
-  // Where a new grad is placed: a segment of DDP's or ZeRO's flat gradient
-  // vector, so that backward adds straight into it; empty: a fresh buffer.
-  std::span<double> grad_home;
+  // Where a new grad is placed: a view of a segment of DDP's or ZeRO's flat
+  // gradient vector, so that backward adds straight into it; empty: a fresh
+  // buffer.
+  Storage grad_home;
   bool requires_grad = false;
+  // Counts the writes to the values that the library cannot see coming (a
+  // writable NumPy view, taken under no_grad): a backward through an op that
+  // saw an older version refuses to run (torch's version counter).
+  std::uint64_t version = 0;
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
   // A leaf's post-accumulate-grad hooks, or a non-leaf's grad hooks (see
   // Tensor::register_hook); null until the first is registered.
