@@ -152,7 +152,8 @@ RunFlags add_run(CLI::App& app, train::TrainOptions& o, RunNames& names) {
   app.add_option("--backend", names.backend, "auto, threads, procs or mpi")->capture_default_str();
   add_integer(app, "--grad-accum", o.grad_accum, "micro-batches per step", 1);
   app.add_flag("--overlap", o.overlap,
-               "on procs and mpi, reduce each gradient bucket on a communication thread while backward goes on");
+               "reduce each gradient bucket (and gather stage 3's blocks) on a communication thread while backward "
+               "goes on, on every backend; the run's header says whether it is on");
   app.add_flag("--bitwise", o.bitwise,
                "the same bits as one process at any --world, --zero, --grad-accum and backend: one backward per "
                "window, the windows' gradients summed exactly (docs/BITWISE.md)");
@@ -223,6 +224,17 @@ std::string describe_update(const train::TrainOptions& o) {
                      o.bitwise ? ", bitwise" : "");
 }
 
+// "overlap on" or "overlap off", with the reason where --overlap asked for
+// it: DDP on one rank has no collectives, and an MPI below
+// MPI_THREAD_SERIALIZED allows no second thread to call it.
+std::string describe_overlap(const train::TrainOptions& o, const train::RunInfo& info) {
+  if (info.overlap) return "overlap on";
+  if (!o.overlap) return "overlap off";
+  if (o.zero == 0 && info.world == 1 && !o.bitwise)
+    return "overlap off (--overlap: DDP on one rank has no collectives)";
+  return "overlap off (--overlap: this MPI gives no MPI_THREAD_SERIALIZED)";
+}
+
 // Prints on rank 0: a live line on a terminal, plain lines when piped.
 class Printer final : public train::TrainObserver {
  public:
@@ -235,8 +247,8 @@ class Printer final : public train::TrainObserver {
     fmt::print("tinyllm train: L={} H={} C={} T={}, {} parameters, on {} ({} windows), batch {}, steps {}..{}\n",
                options_.model.n_layer, options_.model.n_head, options_.model.n_embd, options_.model.block_size,
                info.num_parameters, info.corpus, info.num_windows, options_.batch, info.start_step + 1, options_.steps);
-    fmt::print("{} on {} rank{} ({}){}, {}\n", mode_name(options_.zero), info.world, info.world == 1 ? "" : "s",
-               train::backend_name(info.backend),
+    fmt::print("{} on {} rank{} ({}), {}{}, {}\n", mode_name(options_.zero), info.world, info.world == 1 ? "" : "s",
+               train::backend_name(info.backend), describe_overlap(options_, info),
                options_.grad_accum > 1 ? fmt::format(", {} micro-batches per step", options_.grad_accum) : "",
                describe_update(options_));
     if (info.num_val_windows > 0) {
@@ -356,9 +368,10 @@ int run_verify(const train::TrainOptions& o) {
   bool within = true, same_bits = true;
   const auto on_start = [&](const train::RunInfo& info) {
     fmt::print(
-        "tinyllm verify: {} on {} ranks ({}) against one process, L={} H={} C={} T={}, batch {}{}, {}, {} steps\n",
-        mode_name(o.zero), info.world, train::backend_name(info.backend), o.model.n_layer, o.model.n_head,
-        o.model.n_embd, o.model.block_size, o.batch,
+        "tinyllm verify: {} on {} ranks ({}) against one process, {}, "
+        "L={} H={} C={} T={}, batch {}{}, {}, {} steps\n",
+        mode_name(o.zero), info.world, train::backend_name(info.backend), describe_overlap(o, info), o.model.n_layer,
+        o.model.n_head, o.model.n_embd, o.model.block_size, o.batch,
         o.grad_accum > 1 ? fmt::format(", grad-accum {}", o.grad_accum) : "", describe_update(o), o.steps);
     fmt::print("{:>5}  {:>10}  {:>9}  {:>9}  {:>9}  {:>10}  {}\n", "step", "loss", "|Δloss|", "|Δparam|", "|Δexp_avg|",
                "|Δexp_avg_sq|", "ranks bit-identical");

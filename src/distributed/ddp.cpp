@@ -1,5 +1,6 @@
 #include "tinyllm/distributed/ddp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -63,6 +64,12 @@ void DDP::add_leaf() {
 }
 
 double DDP::clip_grad_norm(double max_norm) {
+  // Called before any backward (or after zero_grad) it would return a norm
+  // of 0 as if clipping had happened. Every replica is in the same state, so
+  // every rank throws, before any collective.
+  if (std::all_of(params_.begin(), params_.end(), [](const Tensor& p) { return p.grad().empty(); })) {
+    throw std::logic_error("DDP::clip_grad_norm: no gradients yet: call backward() first");
+  }
   if (!bitwise_) return optim::clip_grad_norm(params_, max_norm);
   const std::span<double> grads = grads_->adopt();
   // Every rank holds the same gradient: each squares its chunk of it.

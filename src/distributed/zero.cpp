@@ -330,7 +330,25 @@ void ZeroOptimizer::add_leaf() {
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  reduce_grads();
+  // Before any backward (or after zero_grad) there is nothing to clip: the
+  // caller's bug, named as DDP::clip_grad_norm names it rather than as
+  // step()'s reduction would. Here no gradient reached a hook, was set by
+  // hand or was reduced; in bitwise mode, where stages 2 and 3 drop each
+  // leaf's grads, only the reduction's count of leaves over every rank
+  // tells, and it fails on every rank alike.
+  const bool nothing_here =
+      !reduced_ && !buckets_->touched() &&
+      std::all_of(params_.begin(), params_.end(), [](const Tensor& p) { return p.grad().empty(); });
+  const auto no_gradients = [] {
+    return std::logic_error("ZeroOptimizer::clip_grad_norm: no gradients yet: call backward() first");
+  };
+  if (nothing_here && !bitwise_) throw no_gradients();
+  try {
+    reduce_grads();
+  } catch (const std::invalid_argument&) {
+    if (nothing_here) throw no_gradients();  // bitwise: no rank added a leaf
+    throw;
+  }
   const std::span<double> chunk_grad = master_chunk_.grad();
   double total_norm = 0;
   if (bitwise_) {

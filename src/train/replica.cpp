@@ -173,6 +173,11 @@ double Replica::step(double clip) {
   return norm;
 }
 
+bool Replica::overlapping() const {
+  if (ddp_) return ddp_->overlapping();
+  return zero_optimizer_ && zero_optimizer_->overlapping();
+}
+
 optim::Optimizer& Replica::optimizer() const {
   return zero_optimizer_ ? zero_optimizer_->inner() : static_cast<optim::Optimizer&>(*adamw_);
 }

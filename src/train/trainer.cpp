@@ -36,6 +36,12 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// --decay-steps, or --steps where it is 0. A run of no steps has no lr to
+// schedule: decay over one step keeps the default schedule valid.
+std::size_t lr_schedule_decay_steps(const TrainOptions& o) {
+  return o.decay_steps != 0 ? o.decay_steps : std::max<std::size_t>(o.steps, 1);
+}
+
 void check_batch(std::size_t batch, int world, std::size_t grad_accum) {
   const std::size_t parts = static_cast<std::size_t>(world) * grad_accum;
   if (batch == 0 || batch % parts != 0) {
@@ -166,6 +172,44 @@ void check_optimizer(const TrainOptions& o) {
   // eps 0 divides 0 by 0 for a parameter whose gradient is 0 so far.
   if (!(o.adamw.eps > 0 && o.adamw.eps <= 1))
     throw std::invalid_argument(fmt::format("--eps must be a number in (0, 1] (got {})", o.adamw.eps));
+}
+
+// The schedule's two rules that join flags, in the flags' words (optim::LRSchedule
+// states them in its fields' names): a value the user left out is named as
+// the default it took.
+void check_schedule(const TrainOptions& o) {
+  if (o.min_lr && !(*o.min_lr <= o.adamw.lr)) {
+    throw std::invalid_argument(fmt::format("--min-lr {} must not be above --lr {}", *o.min_lr, o.adamw.lr));
+  }
+  // The default warmup, a tenth of the decay, is always below it.
+  if (o.schedule != optim::LRScheduleKind::Cosine || !o.warmup_steps) return;
+  const std::size_t decay = lr_schedule_decay_steps(o);
+  if (*o.warmup_steps < decay) return;
+  const std::string decay_flag =
+      o.decay_steps != 0 ? fmt::format("--decay-steps {}", o.decay_steps)
+      : o.steps != 0     ? fmt::format("the decay steps, which are --steps {} as --decay-steps is not given", o.steps)
+                         : "the decay steps, which are 1 for --steps 0 as --decay-steps is not given";
+  throw std::invalid_argument(fmt::format("--warmup-steps {} must be below {}", *o.warmup_steps, decay_flag));
+}
+
+// mpirun starts this command N times: on any backend but mpi each copy is a
+// whole run of its own, N runs interleaving their output in one place. One
+// process under mpirun is one run, and harmless. A launcher that does not
+// tell its world's size (PMIx alone) is not caught.
+void check_launcher(const TrainOptions& o) {
+  const Backend backend = resolve_backend(o.backend, o.world);
+  const int processes = launcher_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}).value_or(0);
+  if (backend == Backend::Mpi || processes <= 1) return;
+  // auto picks mpi under mpirun unless tinyllm was built without it.
+  if (o.backend == Backend::Auto) {
+    throw std::invalid_argument(fmt::format(
+        "launched by mpirun with {} processes but this tinyllm was built without MPI (--backend auto is {} here); "
+        "run it without mpirun",
+        processes, backend_name(backend)));
+  }
+  throw std::invalid_argument(
+      fmt::format("launched by mpirun with {} processes but --backend {}; use --backend mpi (or run without mpirun)",
+                  processes, backend_name(backend)));
 }
 
 std::string describe(const RankMemory& m) {
@@ -330,6 +374,7 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
                        .num_parameters = n,
                        .num_windows = corpus.num_windows(T),
                        .num_val_windows = num_val_windows(o, val),
+                       .overlap = replica.overlapping(),
                        .corpus = corpus.name(),
                        .val_corpus = val.name(),
                        .warning = warning});
@@ -456,6 +501,7 @@ RankMemory predict_run_memory(const TrainOptions& o, int world) {
 }
 
 void check_flags(const TrainOptions& o) {
+  check_launcher(o);
   check_optimizer(o);
   if (o.schedule == optim::LRScheduleKind::Constant) {
     // The cosine's own settings would be silently ignored.
@@ -467,6 +513,7 @@ void check_flags(const TrainOptions& o) {
   }
   o.model.check();
   optim::AdamW::factory(o.adamw);
+  check_schedule(o);
   lr_schedule(o);
   if (o.zero < 0 || o.zero > 3)
     throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", o.zero));
@@ -487,9 +534,7 @@ void check_flags(const TrainOptions& o) {
 }
 
 optim::LRSchedule lr_schedule(const TrainOptions& options) {
-  // A run of no steps has no lr to schedule: decay over one step keeps the default schedule valid.
-  const std::size_t decay_steps =
-      options.decay_steps != 0 ? options.decay_steps : std::max<std::size_t>(options.steps, 1);
+  const std::size_t decay_steps = lr_schedule_decay_steps(options);
   return optim::LRSchedule(options.adamw.lr,
                            {.kind = options.schedule,
                             .warmup_steps = options.warmup_steps.value_or(decay_steps / kDefaultWarmupDivisor),

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "comm_contract.h"
 #include "support/expect_throw.h"
@@ -232,6 +236,56 @@ TEST_P(DataParallelTest, ParametersWithoutGradientCountAsZero) {
       });
       expect_all_within(trained, expected, 1e-10, "parameters");
       expect_same_bits_on_every_rank(comm, trained, "parameters");
+    });
+  }
+}
+
+// Clipping before any backward, or after zero_grad, is the caller's bug:
+// DDP and every stage say so alike, in bitwise mode too, as a
+// std::logic_error (Python's RuntimeError) and not as the reduction's
+// std::invalid_argument (ValueError) or a silent norm of 0.
+void expect_no_gradients_yet(const std::function<double()>& clip, const std::string& who) {
+  try {
+    const double norm = clip();
+    ADD_FAILURE() << who << "::clip_grad_norm returned " << norm << " before any backward";
+  } catch (const std::invalid_argument& e) {
+    ADD_FAILURE() << "std::invalid_argument rather than std::logic_error: " << e.what();
+  } catch (const std::logic_error& e) {
+    EXPECT_EQ(std::string(e.what()), who + "::clip_grad_norm: no gradients yet: call backward() first");
+  }
+}
+
+TEST_P(DataParallelTest, ClipBeforeBackwardIsALogicError) {
+  const auto [backend, mode] = GetParam();
+  for (bool bitwise : {false, true}) {
+    SCOPED_TRACE(bitwise ? "bitwise" : "not bitwise");
+    run_ranks(backend, 2, [&](Comm& comm) {
+      auto net = std::make_shared<TinyNet>(5);
+      const dist::BucketOptions buckets{.bitwise = bitwise};
+      std::unique_ptr<dist::DDP> ddp;
+      std::unique_ptr<dist::ZeroOptimizer> zo;
+      if (mode == Mode::Ddp) {
+        ddp = std::make_unique<dist::DDP>(net, comm, buckets);
+      } else {
+        zo = std::make_unique<dist::ZeroOptimizer>(adamw_with_decay(), net->parameters(), comm, static_cast<int>(mode),
+                                                   dist::ZeroOptions{.buckets = buckets, .units = {}, .prefetch = 1});
+        zo->gather();
+      }
+      const auto clip = [&] { return ddp ? ddp->clip_grad_norm(1.0) : zo->clip_grad_norm(1.0); };
+      const std::string who = ddp ? "DDP" : "ZeroOptimizer";
+      expect_no_gradients_yet(clip, who);
+      // A step clips as usual; after zero_grad there is nothing to clip again.
+      tiny_loss(*net, 0, 6 * static_cast<std::size_t>(comm.rank()), 6).backward();
+      if (bitwise) ddp ? ddp->add_leaf() : zo->add_leaf();
+      if (ddp) ddp->sync_grads();
+      EXPECT_GT(clip(), 0.0);
+      if (ddp) {
+        net->zero_grad();
+      } else {
+        zo->step();
+        zo->zero_grad();
+      }
+      expect_no_gradients_yet(clip, who);
     });
   }
 }

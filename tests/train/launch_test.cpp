@@ -1,9 +1,15 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <tinyllm/train/launch.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "support/expect_throw.h"
+#include "tinyllm/train/trainer.h"
+#include "train_testing.h"
 
 namespace tinyllm::train {
 namespace {
@@ -42,6 +48,54 @@ TEST(LaunchTest, RefusesAWorldBelowOneAndMpiOutsideMpirun) {
                     "world size must be at least 1 (got 0)");
   EXPECT_THROW_WITH(launch(Backend::Procs, -2, nothing), std::invalid_argument, "(got -2)");
   EXPECT_THROW(launch(Backend::Mpi, 2, nothing), std::invalid_argument);  // not started by mpirun here
+}
+
+// Sets an environment variable for one scope, as mpirun would for its ranks.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Under an mpirun of N > 1 processes every process would run the whole run
+// on its own backend: refused before anything starts, naming N and the
+// backend. One process under mpirun is one run, and allowed.
+TEST(LaunchTest, ANonMpiBackendUnderAnMpirunOfSeveralProcessesIsRefused) {
+  TrainOptions o = testing::tiny_run(2);
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    SCOPED_TRACE(variable);
+    ScopedEnv launched(variable, "2");
+    for (Backend backend : {Backend::Threads, Backend::Procs}) {
+      o.backend = backend;
+      EXPECT_THROW_WITH(check_flags(o), std::invalid_argument,
+                        fmt::format("launched by mpirun with 2 processes but --backend {}; use --backend mpi (or "
+                                    "run without mpirun)",
+                                    backend_name(backend)));
+      EXPECT_THROW_WITH(train(o), std::invalid_argument, "launched by mpirun with 2 processes");
+    }
+    o.backend = Backend::Mpi;
+    o.world = 0;
+    EXPECT_NO_THROW(check_flags(o));
+    o.world = 2;
+  }
+  ScopedEnv alone("OMPI_COMM_WORLD_SIZE", "1");
+  o.backend = Backend::Threads;
+  EXPECT_NO_THROW(check_flags(o));
 }
 
 }  // namespace

@@ -189,18 +189,54 @@ TEST(TrainerScheduleTest, RejectsABadScheduleBeforeWritingAnything) {
   o.metrics = dir / "m.jsonl";
   o.save_dir = dir / "ckpt";
   o.warmup_steps = 4;  // the decay is at --steps 4
-  EXPECT_THROW_WITH(train(o), std::invalid_argument,
-                    "warmup_steps must be below decay_steps (got warmup_steps 4, decay_steps 4)");
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--warmup-steps 4 must be below the decay steps");
   o.decay_steps = 3;
   o.warmup_steps = 5;
-  EXPECT_THROW_WITH(train(o), std::invalid_argument, "(got warmup_steps 5, decay_steps 3)");
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--warmup-steps 5 must be below --decay-steps 3");
   o = testing::tiny_run(2, 2);
   o.min_lr = 0.5;
-  EXPECT_THROW_WITH(train(o), std::invalid_argument, "min_lr must not be above lr (got min_lr 0.5, lr 0.01)");
+  EXPECT_THROW_WITH(train(o), std::invalid_argument, "--min-lr 0.5 must not be above --lr 0.01");
   o.min_lr = -1;
   EXPECT_THROW_WITH(train(o), std::invalid_argument, "--min-lr must be a number in [0, 1000] (got -1)");
   EXPECT_FALSE(std::filesystem::exists(dir / "m.jsonl"));
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt"));
+}
+
+// The schedule's errors name the flags as typed, with their values, and a
+// decay the user left out as the --steps it defaulted to; never the
+// LRSchedule fields (warmup_steps, decay_steps) the command has no flag for.
+TEST(TrainerScheduleTest, ErrorsNameTheFlagsAndTheDecayStepsDefault) {
+  const auto message = [](const TrainOptions& o) {
+    try {
+      check_flags(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TrainOptions o = testing::tiny_run();
+  o.steps = 5;
+  o.warmup_steps = 5;
+  EXPECT_EQ(message(o),
+            "--warmup-steps 5 must be below the decay steps, which are --steps 5 as --decay-steps is not given");
+  o.steps = 0;
+  EXPECT_EQ(message(o),
+            "--warmup-steps 5 must be below the decay steps, which are 1 for --steps 0 as --decay-steps is not given");
+  o.steps = 1;
+  o.warmup_steps = 10;
+  o.decay_steps = 4;
+  EXPECT_EQ(message(o), "--warmup-steps 10 must be below --decay-steps 4");
+  o.decay_steps = 11;
+  EXPECT_EQ(message(o), "no error");
+  o = testing::tiny_run();
+  o.min_lr = 0.02;
+  EXPECT_EQ(message(o), "--min-lr 0.02 must not be above --lr 0.01");
+  // The default warmup (a tenth of the decay) and min_lr (a tenth of --lr) always fit.
+  o = testing::tiny_run();
+  for (std::size_t steps : {0, 1, 9, 10, 500}) {
+    o.steps = steps;
+    EXPECT_EQ(message(o), "no error") << "--steps " << steps;
+  }
 }
 
 // The norm is computed only to clip: without clipping the metrics leave it

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -225,6 +226,32 @@ TEST(TrainerTest, OverlapTrainsTheSameBitsOnForkedRanks) {
     const TrainSummary overlapped = train(o);
     EXPECT_EQ(overlapped.last_loss, plain.last_loss);
     EXPECT_EQ(testing::read_all(overlapped.last_checkpoint), testing::read_all(plain.last_checkpoint));
+  }
+}
+
+// The run's start tells whether the collectives overlap backward: the
+// threads backend runs a communication thread per rank as procs does (the
+// app's header test covers procs, whose rank 0 observes in another
+// process); DDP on one rank has no collectives, so --overlap is off there.
+TEST(TrainerTest, TheStartSaysWhetherTheCollectivesOverlap) {
+  class Start final : public TrainObserver {
+   public:
+    void on_start(const RunInfo& info) override { overlap = info.overlap; }
+    std::optional<bool> overlap;
+  };
+  struct Case {
+    int world, zero;
+    bool asked, on;
+  };
+  for (const Case c : {Case{2, 0, true, true}, Case{2, 0, false, false}, Case{2, 3, true, true}, Case{3, 2, true, true},
+                       Case{1, 0, true, false}, Case{1, 1, true, true}}) {
+    SCOPED_TRACE(::testing::Message() << "world " << c.world << " zero " << c.zero << (c.asked ? " --overlap" : ""));
+    TrainOptions o = testing::tiny_run(c.world, c.zero);  // on threads
+    o.overlap = c.asked;
+    o.steps = 1;
+    Start start;
+    train(o, start);
+    EXPECT_EQ(start.overlap, std::optional(c.on));
   }
 }
 

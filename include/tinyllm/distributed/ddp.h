@@ -83,7 +83,8 @@ class DDP : public nn::Module {
   void add_leaf();
   // After sync_grads(): optim::clip_grad_norm over the parameters, the same
   // on every rank, as their gradients are. In bitwise mode Σg² is exact,
-  // each rank squaring its chunk_bounds: collective.
+  // each rank squaring its chunk_bounds: collective. std::logic_error
+  // before any backward (or after zero_grad), as ZeroOptimizer's.
   double clip_grad_norm(double max_norm);
 
   // Gradient bytes this rank holds: the bucket, which lives as long as DDP

@@ -141,7 +141,8 @@ class ZeroOptimizer {
   // one process: reduces the gradients (step() then does not reduce again),
   // all-reduces the squared norms of the chunks and scales each chunk (in
   // stage 1 also the full .grad arrays). Returns the total norm before
-  // clipping, the same bits on every rank.
+  // clipping, the same bits on every rank. std::logic_error before any
+  // backward (or after zero_grad), as DDP's.
   double clip_grad_norm(double max_norm);
 
   // What this rank holds now, from the buffers that exist (see the table).

@@ -94,6 +94,10 @@ class Replica {
   std::size_t num_parameters() const { return n_; }
   int zero() const { return zero_; }
   bool bitwise() const { return bitwise_; }
+  // Whether the collectives run on a communication thread beside backward:
+  // overlap asked for, where there are collectives (not DDP's one rank)
+  // and the Comm allows it (dist::DDP::overlapping, ZeroOptimizer's).
+  bool overlapping() const;
   // This rank's chunk [a, b) of the flat vectors.
   std::pair<std::size_t, std::size_t> chunk() const { return {a_, b_}; }
 

@@ -121,6 +121,10 @@ struct RunInfo {
   std::size_t num_parameters = 0;
   std::size_t num_windows = 0;      // of the training part
   std::size_t num_val_windows = 0;  // the validation windows evaluated (0: no evaluation)
+  // Rank 0's collectives on a communication thread (Replica::overlapping):
+  // false without overlap, and with it for DDP on one rank (no collectives)
+  // or MPI below MPI_THREAD_SERIALIZED.
+  bool overlap = false;
   std::string corpus;
   std::string val_corpus;  // the validation part's name
   std::string warning;     // what the run accepted but the user should know ("" for none): --allow-other-data's
@@ -171,9 +175,12 @@ class TrainObserver {
 std::pair<Corpus, Corpus> load_corpora(const TrainOptions& options);
 
 // The options' own rules, which need no file: each value in its range, the
-// batch against world and grad_accum, the schedule; std::invalid_argument
-// naming the flag. train() checks them first, and a command line can
-// before it runs.
+// batch against world and grad_accum, the schedule (its errors in the
+// flags' words, a derived value named as such), and no backend but mpi
+// under an mpirun of more than one process (its size from
+// OMPI_COMM_WORLD_SIZE or PMI_SIZE: each process would run the whole run);
+// std::invalid_argument naming the flag. train() checks them first, and a
+// command line can before it runs.
 void check_flags(const TrainOptions& options);
 
 // Whether the run takes validation losses between its steps.
@@ -188,7 +195,8 @@ RankMemory predict_run_memory(const TrainOptions& options, int world);
 std::string start_checkpoint(const TrainOptions& options);
 
 // The schedule of the options' run, its defaults filled in:
-// std::invalid_argument as optim::LRSchedule for bad values.
+// std::invalid_argument as optim::LRSchedule for bad values (check_flags
+// names them by flag first).
 optim::LRSchedule lr_schedule(const TrainOptions& options);
 
 // Checks everything it can before any rank starts (the data, the model's
