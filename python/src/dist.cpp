@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "tinyllm/distributed/chunk.h"
@@ -196,36 +197,67 @@ void bind_dist(py::module_& m) {
         comm.barrier();
       });
 
+  // The launcher's poll (about every 50 ms) runs this thread's signal
+  // handlers, so Ctrl-C raises here, then poll(), which raises at spawn's
+  // deadline. Either error stops the run; on threads it is also raised
+  // inside every rank still in Python (PyThreadState_SetAsyncExc), since a
+  // rank thread cannot be killed.
   m.def(
       "run_threads",
-      [](int world, const py::function& fn, double timeout_s) {
+      [](int world, const py::function& fn, double timeout_s, const py::function& poll) {
         const dist::CommOptions opts = options(timeout_s);
+        // Each rank's Python thread id while its fn runs, 0 otherwise; read and written under the GIL.
+        std::vector<unsigned long> running(static_cast<std::size_t>(world), 0);
         py::gil_scoped_release release;
         dist::run_threads(
             world,
             [&](dist::Comm& comm) {
               py::gil_scoped_acquire gil;
-              run_rank(fn, comm);
+              unsigned long& id = running[static_cast<std::size_t>(comm.rank())];
+              id = PyThread_get_thread_ident();
+              try {
+                run_rank(fn, comm);
+              } catch (...) {
+                id = 0;
+                throw;
+              }
+              id = 0;
             },
-            opts);
+            opts,
+            [&] {
+              py::gil_scoped_acquire gil;
+              try {
+                if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                poll();
+              } catch (py::error_already_set& error) {
+                for (unsigned long id : running) {
+                  if (id != 0) PyThreadState_SetAsyncExc(id, error.type().ptr());
+                }
+                throw;
+              }
+            });
       },
-      py::arg("world"), py::arg("fn"), py::arg("timeout_s") = 60.0);
+      py::arg("world"), py::arg("fn"), py::arg("timeout_s"), py::arg("poll"));
 
   // The GIL stays held: fork() runs on this thread, so each child starts as
   // the GIL's only holder, which PyOS_AfterFork_Child (os.fork's own
   // child-side step) turns into a consistent interpreter.
   m.def(
       "run_procs",
-      [](int world, const py::function& fn, double timeout_s) {
+      [](int world, const py::function& fn, double timeout_s, const py::function& poll) {
         dist::run_procs(
             world,
             [&](dist::Comm& comm) {
               PyOS_AfterFork_Child();
               run_rank(fn, comm);
             },
-            options(timeout_s));
+            options(timeout_s),
+            [&] {
+              if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+              poll();
+            });
       },
-      py::arg("world"), py::arg("fn"), py::arg("timeout_s") = 60.0);
+      py::arg("world"), py::arg("fn"), py::arg("timeout_s"), py::arg("poll"));
 
   m.def("mpi_comm", []() -> CommPtr {
 #if TINYLLM_WITH_MPI
@@ -236,6 +268,15 @@ void bind_dist(py::module_& m) {
     throw std::runtime_error("mpi_comm: this tinyllm was built without MPI (TINYLLM_WITH_MPI=OFF)");
 #endif
   });
+  // MPI_Abort(MPI_COMM_WORLD, code) when MPI is running; nothing otherwise.
+  m.def(
+      "abort_mpi_job",
+      []([[maybe_unused]] int code) {
+#if TINYLLM_WITH_MPI
+        dist::abort_mpi_job(code);
+#endif
+      },
+      py::arg("code"));
   m.def("launched_by_mpirun", []() {
 #if TINYLLM_WITH_MPI
     return dist::launched_by_mpirun();

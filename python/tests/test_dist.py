@@ -1,9 +1,15 @@
 """tinyllm.dist: chunk_bounds, the collectives on tensors and NumPy arrays
-on both backends, spawn's results and errors (one rank raising, bad
-arguments), and the GIL: rank threads run while another waits in a
-collective."""
+on both backends, spawn's results and errors (one rank raising, a procs
+rank exiting early, results that do not pickle, bad arguments), how spawn
+ends (Ctrl-C, its timeout as a deadline), and the GIL: rank threads run
+while another waits in a collective. A test whose spawn would hang without
+its fix runs it in a fresh interpreter, so that it fails instead."""
 
 import os
+import selectors
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -139,9 +145,183 @@ def test_procs_rank_that_dies_is_named():
         dist.spawn(rank, 3, "procs", timeout=5)
 
 
+# How a procs rank can end without returning, and the launcher's word for it.
+EARLY_EXITS = {
+    "exit 0": (lambda: os._exit(0), "rank 1 exited with status 0 before returning a result"),
+    "exit 3": (lambda: os._exit(3), "rank 1 exited with status 3 before returning a result"),
+    "SIGKILL": (lambda: os.kill(os.getpid(), signal.SIGKILL), r"rank 1 died of signal 9 \(Killed\)"),
+}
+
+
+@pytest.mark.parametrize("collective", [True, False], ids=["others-in-barrier", "others-return"])
+@pytest.mark.parametrize("how", EARLY_EXITS)
+def test_procs_rank_that_exits_without_returning_is_named(how, collective):
+    leave, message = EARLY_EXITS[how]
+
+    def rank(comm):
+        if comm.rank == 1:
+            leave()
+        if collective:
+            comm.barrier()  # must fail fast, not wait out the timeout
+        return comm.rank
+
+    start = time.monotonic()
+    with pytest.raises(dist.CommError, match=message):
+        dist.spawn(rank, 3, "procs", timeout=60)
+    assert time.monotonic() - start < 20
+
+
 def test_procs_result_that_cannot_be_pickled_is_an_error():
-    with pytest.raises(Exception, match="rank 0: .*(pickle|lambda)"):
+    with pytest.raises(AttributeError, match="^rank 0: its result could not be pickled: .*lambda"):
         dist.spawn(lambda comm: (lambda: None) if comm.rank == 0 else 1, 2, "procs", timeout=10)
+
+
+def refuse_to_load():
+    raise ValueError("this result refuses to be unpickled")
+
+
+class LoadsBadly:
+    """Pickles fine in the child; unpickling it in the parent raises."""
+
+    def __reduce__(self):
+        return refuse_to_load, ()
+
+
+def test_procs_result_that_cannot_be_unpickled_names_its_rank():
+    with pytest.raises(ValueError, match="^rank 1: its result could not be unpickled: this result refuses") as info:
+        dist.spawn(lambda comm: LoadsBadly() if comm.rank == 1 else comm.rank, 2, "procs", timeout=10)
+    assert info.value.rank == 1
+
+
+def run_script(code):
+    """Starts `code` in a fresh interpreter with SIGINT's default handler
+    (a background job may have inherited it ignored)."""
+    header = "import os, signal, sys, threading, time\nfrom tinyllm import dist\n"
+    header += "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    return subprocess.Popen([sys.executable, "-c", header + code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=os.environ)
+
+
+def finish(proc, timeout):
+    """(stdout, stderr, seconds it took); kills it and fails past `timeout`."""
+    start = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"still running after {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
+    return out, err, time.monotonic() - start
+
+
+def read_lines(proc, count, timeout=30):
+    """The first `count` lines proc prints, waiting at most `timeout` s. It
+    reads the pipe's bytes itself: a buffered readline could take in more
+    lines than it returns, which select would then not see."""
+    data = b""
+    fd = proc.stdout.fileno()
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while data.count(b"\n") < count and selector.select(max(0.0, deadline - time.monotonic())):
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    lines = data.decode().splitlines()
+    assert len(lines) >= count, f"got {lines} before the deadline"
+    return lines[:count]
+
+
+# After spawn returns, the processes whose parent is this one (zombies too).
+CHILDREN = """
+def children():
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                if name.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.append(int(name))
+        except (OSError, ValueError):
+            pass
+    return found
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ctrl_c_ends_a_spawn_whose_rank_loops_forever(backend):
+    # Rank 0 loops in Python and rank 1 waits in a barrier; SIGINT reaches
+    # only the caller, which must stop both and raise KeyboardInterrupt.
+    proc = run_script(CHILDREN + f"""
+def rank(comm):
+    sys.stdout.write(f"started {{comm.rank}} {{os.getpid()}}\\n")  # one write: the threads' lines stay whole
+    sys.stdout.flush()
+    if comm.rank == 1:
+        comm.barrier()
+    while True:
+        pass
+try:
+    dist.spawn(rank, 2, {backend!r}, timeout=60)
+except KeyboardInterrupt:
+    print("children left:", children(), flush=True)
+    raise
+""")
+    pids = [int(line.split()[2]) for line in read_lines(proc, 2)]
+    time.sleep(0.2)  # rank 1 is in its barrier by now, rank 0 in its loop (either way spawn must end)
+    proc.send_signal(signal.SIGINT)
+    out, err, seconds = finish(proc, timeout=30)
+    assert "KeyboardInterrupt" in err, err
+    assert seconds < 20
+    assert "children left: []" in out, out
+    if backend == "procs":
+        for pid in pids:
+            assert not os.path.exists(f"/proc/{pid}"), f"rank process {pid} outlived spawn"
+
+
+def test_procs_timeout_bounds_a_rank_deadlocked_by_a_lock_held_at_fork():
+    # A parent thread holds the lock while spawn forks, so rank 1's copy of
+    # it is held by a thread that does not exist in the child: acquire never
+    # returns, and rank 0 returns without a collective to time out in.
+    proc = run_script(CHILDREN + """
+lock = threading.Lock()
+held, done = threading.Event(), threading.Event()
+def holder():
+    with lock:
+        held.set()
+        done.wait(120)
+threading.Thread(target=holder).start()
+held.wait()
+def rank(comm):
+    if comm.rank == 1:
+        lock.acquire()
+    return comm.rank
+start = time.monotonic()
+try:
+    dist.spawn(rank, 2, "procs", timeout=3)
+except TimeoutError as error:
+    print("raised", type(error).__name__, error, flush=True)
+print(f"after {time.monotonic() - start:.1f} s; children left:", children(), flush=True)
+done.set()
+""")
+    out, err, seconds = finish(proc, timeout=60)
+    assert "raised TimeoutError spawn: rank 1 had not finished after 3 s" in out, out + err
+    assert "children left: []" in out, out
+    assert seconds < 15
+
+
+def test_threads_timeout_bounds_the_whole_spawn():
+    proc = run_script("""
+def rank(comm):
+    while True:
+        pass
+try:
+    dist.spawn(rank, 2, "threads", timeout=3)
+except TimeoutError as error:
+    print("raised", type(error).__name__, error, flush=True)
+""")
+    out, err, seconds = finish(proc, timeout=60)
+    assert "raised TimeoutError spawn: ranks 0, 1 had not finished after 3 s" in out, out + err
+    assert seconds < 15
 
 
 def test_spawn_refuses_bad_arguments():

@@ -216,6 +216,34 @@ def test_zero_rejects_an_optimizer_that_is_not_tinyllms_and_unknown_hyperparamet
     assert dist.spawn(rank, 2) == [True, True]
 
 
+def test_zero_refuses_a_subclass_whose_step_it_would_ignore():
+    # ZeroOptimizer steps the shard with the base class's C++ optimizer; a
+    # Python override of step (or of any other method) would silently not run.
+    class LoudAdamW(optim.AdamW):
+        def step(self):
+            raise AssertionError("ZeroOptimizer called the override")
+
+    class DefaultSGD(optim.SGD):
+        def __init__(self, params, lr=0.5):
+            super().__init__(params, lr=lr)
+
+    class Tagged(optim.AdamW):  # adds a method, overrides none: stepped exactly as AdamW
+        def tag(self):
+            return "tagged"
+
+    def rank(comm):
+        w = tinyllm.tensor(np.arange(10.0), requires_grad=True)
+        with pytest.raises(TypeError, match=r"LoudAdamW overrides step, which would be ignored: .*C\+\+ optimizer "
+                                            r"of the base class tinyllm.optim.AdamW.* not supported"):
+            ZeroOptimizer(LoudAdamW, [w], comm, 1, lr=0.1)
+        with pytest.raises(TypeError, match=r"DefaultSGD overrides __init__, .*tinyllm.optim.SGD"):
+            ZeroOptimizer(DefaultSGD, [w], comm, 1)
+        zo = ZeroOptimizer(Tagged, [w], comm, 1, lr=0.1)
+        return zo.stage
+
+    assert dist.spawn(rank, 2) == [1, 1]
+
+
 def test_zero_stage3_refuses_released_parameters():
     def rank(comm):
         w = tinyllm.tensor(np.arange(10.0), requires_grad=True)

@@ -16,10 +16,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -33,6 +36,7 @@ namespace tinyllm::dist {
 namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(2);
+constexpr auto kCallerPollEvery = std::chrono::milliseconds(50);
 
 // How long after the first failure the launcher lets the other ranks end on
 // their own. A rank in a collective sees the failure in microseconds and
@@ -91,9 +95,11 @@ detail::PeerReads probe_peer_reads() {
 
 // Child r's whole life. It must never return into the caller's stack (that
 // would run the parent's code twice), so it leaves with _exit, after
-// flushing what fn printed.
-[[noreturn]] void run_child(detail::ShmGroup& group, int r, pid_t parent, const std::function<void(Comm&)>& fn,
-                            CommOptions options) {
+// flushing what fn printed. returned[r] says that fn returned or threw, so
+// that the parent can tell an exit from inside fn (status 0 or not) from
+// the end of a rank.
+[[noreturn]] void run_child(detail::ShmGroup& group, std::atomic<std::uint32_t>* returned, int r, pid_t parent,
+                            const std::function<void(Comm&)>& fn, CommOptions options) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);  // the parent died before the line above took effect
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
@@ -108,6 +114,7 @@ detail::PeerReads probe_peer_reads() {
     group.fail(r, kind, message);
     status = 1;
   }
+  returned[r].store(1, std::memory_order_release);
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
@@ -122,19 +129,30 @@ std::string describe_exit(int status) {
   return fmt::format("exited with status {}", WEXITSTATUS(status));
 }
 
+void signal_alive(const std::vector<pid_t>& children, int signal) {
+  for (pid_t child : children) {
+    if (child > 0) kill(child, signal);
+  }
+}
+
 // Reaps every child (a slot that was never forked holds -1). The first
-// abnormal exit becomes the group's failure (unless a rank recorded a
-// better one); once the group failed, children still alive kGrace later
-// are killed. A stop asked of this process is passed on to the children.
-void watch(detail::ShmGroup& group, std::vector<pid_t>& children) {
+// abnormal exit, or an exit before fn returned, becomes the group's failure
+// (unless a rank recorded a better one); once the group failed, children
+// still alive kGrace later are killed. A stop asked of this process is
+// passed on to the children. When poll throws, the group fails, the
+// children get SIGTERM at once and SIGKILL after kGrace, and the exception
+// is returned once all are reaped.
+std::exception_ptr watch(detail::ShmGroup& group, const std::atomic<std::uint32_t>* returned,
+                         std::vector<pid_t>& children, const std::function<void()>& poll) {
+  using Clock = std::chrono::steady_clock;
   auto alive = static_cast<std::size_t>(std::count_if(children.begin(), children.end(), [](pid_t c) { return c > 0; }));
-  std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
+  Clock::time_point kill_at = Clock::time_point::max();
+  Clock::time_point poll_at = Clock::now() + kCallerPollEvery;
+  std::exception_ptr stopped;
   bool stop_forwarded = false;
   while (alive > 0) {
     if (const int signal = stop_requested(); signal != 0 && !stop_forwarded) {
-      for (pid_t child : children) {
-        if (child > 0) kill(child, signal);
-      }
+      signal_alive(children, signal);
       stop_forwarded = true;
     }
     for (std::size_t r = 0; r < children.size(); ++r) {
@@ -144,24 +162,39 @@ void watch(detail::ShmGroup& group, std::vector<pid_t>& children) {
       if (done == 0) continue;
       children[r] = -1;
       --alive;
-      if (done > 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      if (done < 0) continue;
+      const bool ended = returned[r].load(std::memory_order_acquire) != 0;
+      if (!WIFSIGNALED(status) && !ended) {
+        group.fail(static_cast<int>(r), detail::FailureKind::Comm,
+                   fmt::format("rank {} {} before returning a result", r, describe_exit(status)));
+      } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
         group.fail(static_cast<int>(r), detail::FailureKind::Comm, fmt::format("rank {} {}", r, describe_exit(status)));
       }
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (group.failed() && kill_at == std::chrono::steady_clock::time_point::max()) kill_at = now + kGrace;
-    if (now >= kill_at) {
-      for (pid_t child : children) {
-        if (child > 0) kill(child, SIGKILL);
+    const auto now = Clock::now();
+    if (poll && !stopped && alive > 0 && now >= poll_at) {
+      try {
+        poll();
+      } catch (...) {
+        stopped = std::current_exception();
+        auto [kind, message] = detail::current_failure();
+        const auto first = std::find_if(children.begin(), children.end(), [](pid_t c) { return c > 0; });
+        group.fail(static_cast<int>(first - children.begin()), kind, "the run was stopped: " + message);
+        signal_alive(children, SIGTERM);
       }
+      poll_at = Clock::now() + kCallerPollEvery;
     }
+    if (group.failed() && kill_at == Clock::time_point::max()) kill_at = now + kGrace;
+    if (now >= kill_at) signal_alive(children, SIGKILL);
     if (alive > 0) std::this_thread::sleep_for(kPoll);
   }
+  return stopped;
 }
 
 }  // namespace
 
-void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options) {
+void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options,
+               const std::function<void()>& poll) {
   if (p < 1 || p > kMaxSharedMemoryWorld) {
     throw std::invalid_argument(
         fmt::format("run_procs: world size must be from 1 to {} (got {})", kMaxSharedMemoryWorld, p));
@@ -169,6 +202,10 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
   check_options(options, "run_procs");
   const std::size_t slot = detail::ShmGroup::kDefaultSlotDoubles;
   SharedSegment segment(detail::ShmGroup::bytes_needed(p, slot));
+  SharedSegment returned_flags(sizeof(std::atomic<std::uint32_t>) * static_cast<std::size_t>(p));
+  static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+  auto* returned = static_cast<std::atomic<std::uint32_t>*>(returned_flags.memory());
+  for (int r = 0; r < p; ++r) new (&returned[r]) std::atomic<std::uint32_t>(0);
   const detail::PeerReads reads = detail::choose_peer_reads(p, options.single_copy, probe_peer_reads());
   detail::ShmGroup& group = *detail::ShmGroup::create(segment.memory(), p, slot, reads);
 
@@ -180,7 +217,7 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
   std::vector<pid_t> children(static_cast<std::size_t>(p), -1);
   for (int r = 0; r < p; ++r) {
     const pid_t child = fork();
-    if (child == 0) run_child(group, r, parent, fn, options);
+    if (child == 0) run_child(group, returned, r, parent, fn, options);
     if (child < 0) {
       const int error = errno;
       group.fail(r, detail::FailureKind::Runtime,
@@ -189,7 +226,7 @@ void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options)
     }
     children[static_cast<std::size_t>(r)] = child;
   }
-  watch(group, children);
+  if (std::exception_ptr stopped = watch(group, returned, children, poll)) std::rethrow_exception(stopped);
   if (group.failed()) detail::throw_failure(group.failed_rank(), group.failure_kind(), group.failure_message());
 }
 

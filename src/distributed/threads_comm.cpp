@@ -1,7 +1,12 @@
 #include "tinyllm/distributed/threads_comm.h"
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -10,8 +15,14 @@
 #include "shm_comm.h"
 
 namespace tinyllm::dist {
+namespace {
 
-void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions options) {
+constexpr auto kPollEvery = std::chrono::milliseconds(50);
+
+}  // namespace
+
+void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions options,
+                 const std::function<void()>& poll) {
   if (p < 1 || p > kMaxSharedMemoryWorld) {
     throw std::invalid_argument("run_threads: world size must be from 1 to " + std::to_string(kMaxSharedMemoryWorld) +
                                 " (got " + std::to_string(p) + ")");
@@ -24,6 +35,12 @@ void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions option
       *detail::ShmGroup::create(memory.get(), p, detail::ShmGroup::kDefaultSlotDoubles,
                                 detail::choose_peer_reads(p, options.single_copy, detail::PeerReads::SameProcess));
 
+  // Which ranks still run, for the poll loop to wait on and to name.
+  std::mutex mutex;
+  std::condition_variable ended;
+  std::vector<bool> running(static_cast<std::size_t>(p), true);
+  int left = p;
+
   std::vector<std::thread> ranks;
   auto run_rank = [&](int r) {
     detail::ShmComm comm(group, r, options);
@@ -33,6 +50,10 @@ void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions option
       auto [kind, message] = detail::current_failure();
       group.fail(r, kind, message);
     }
+    std::lock_guard lock(mutex);
+    running[static_cast<std::size_t>(r)] = false;
+    --left;
+    ended.notify_all();
   };
   try {
     for (int r = 0; r < p; ++r) ranks.emplace_back(run_rank, r);
@@ -42,7 +63,30 @@ void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions option
     for (std::thread& rank : ranks) rank.join();
     throw;
   }
+  // A stop from poll is recorded as the failure of the lowest rank still
+  // running, so that the collectives waiting anywhere fail fast.
+  std::exception_ptr stopped;
+  if (poll) {
+    std::unique_lock lock(mutex);
+    while (!ended.wait_for(lock, kPollEvery, [&] { return left == 0; })) {
+      lock.unlock();
+      try {
+        poll();
+      } catch (...) {
+        stopped = std::current_exception();
+        auto [kind, message] = detail::current_failure();
+        lock.lock();
+        const auto first = std::find(running.begin(), running.end(), true);
+        if (first != running.end()) {
+          group.fail(static_cast<int>(first - running.begin()), kind, "the run was stopped: " + message);
+        }
+        break;
+      }
+      lock.lock();
+    }
+  }
   for (std::thread& rank : ranks) rank.join();
+  if (stopped) std::rethrow_exception(stopped);
   if (group.failed()) detail::throw_failure(group.failed_rank(), group.failure_kind(), group.failure_message());
 }
 

@@ -19,7 +19,16 @@ namespace tinyllm::dist {
 // time out after `options.timeout`; ranks still running 1 s after the first
 // failure (stopped, or stuck outside the collectives) are killed. Rethrows
 // the first failure like run_threads, or a CommError "rank 2 died of signal
-// 9 (Killed)". fn's output goes to the inherited stdout and stderr.
-void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options = {});
+// 9 (Killed)". A child that exits before fn returned or threw (an exit()
+// inside fn), with any status, 0 included, fails the group too: "rank 2
+// exited with status 0 before returning a result". fn's output goes to the
+// inherited stdout and stderr.
+//
+// `poll`, when given, runs on the calling thread about every 50 ms while any
+// child runs, as run_threads' does. If it throws, the group fails, the
+// children still running get SIGTERM and, 1 s later, SIGKILL; all are
+// reaped, and poll's exception is rethrown instead of any rank's.
+void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options = {},
+               const std::function<void()>& poll = {});
 
 }  // namespace tinyllm::dist

@@ -4,7 +4,9 @@ DDP(model, comm) broadcasts rank 0's parameters; forward (or calling it)
 runs the model; sync_grads() averages the gradients in one bucket.
 ZeroOptimizer(opt_cls, params, comm, stage, **kw) shards the optimizer
 state (stage 1), also the gradients (2), also the parameters (3) around
-opt_cls(**kw), an unchanged tinyllm.optim.SGD or AdamW. A step on each rank:
+opt_cls(**kw), an unchanged tinyllm.optim.SGD or AdamW; a subclass that
+overrides step or another of their methods is refused, since the C++
+optimizer that steps the shard would never call it. A step on each rank:
 zo.gather(); zo.zero_grad(); loss(slice).backward(); zo.step().
 
 bitwise=True (both): the same bits at any world size (docs/BITWISE.md).
@@ -27,6 +29,14 @@ class ZeroOptimizer:
         if not (isinstance(opt_cls, type) and issubclass(opt_cls, (optim.SGD, optim.AdamW))):
             raise TypeError(
                 f"ZeroOptimizer: opt_cls must be tinyllm.optim.SGD or tinyllm.optim.AdamW (got {opt_cls!r})"
+            )
+        base = optim.AdamW if issubclass(opt_cls, optim.AdamW) else optim.SGD
+        overridden = _overrides(opt_cls, base)
+        if overridden:
+            raise TypeError(
+                f"ZeroOptimizer: opt_cls {opt_cls.__qualname__} overrides {', '.join(overridden)}, which would be "
+                f"ignored: ZeroOptimizer steps its shard with the C++ optimizer of the base class "
+                f"tinyllm.optim.{base.__name__}, so a subclass overriding step (or any other method) is not supported"
             )
         unknown = [name for name in kw if name not in opt_cls.hyperparameters]
         if unknown:
@@ -61,6 +71,20 @@ class ZeroOptimizer:
     @property
     def chunk(self):
         return self._zero.chunk
+
+
+# What every class body defines, which is no override.
+_CLASS_BOOKKEEPING = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__firstlineno__",
+                      "__static_attributes__", "__annotations__"}
+
+
+# The names of base's attributes that opt_cls or a class between them
+# redefines: ZeroOptimizer builds the C++ optimizer from base's factory and
+# would silently skip them (a Python step() above all).
+def _overrides(opt_cls, base):
+    between = opt_cls.__mro__[: opt_cls.__mro__.index(base)]
+    return sorted({name for klass in between for name in vars(klass)
+                   if name not in _CLASS_BOOKKEEPING and hasattr(base, name)})
 
 
 __all__ = ["DDP", "ZeroOptimizer"]
