@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "bindings.h"
@@ -26,15 +27,55 @@ py::dict to_dict(const optim::StateDict& state) {
   return out;
 }
 
-// Tensors stay tensors, arrays are copied into tensors, numbers are scalars.
-optim::StateDict from_dict(const py::dict& state) {
+// A value for messages: its type and the start of its repr, "str '3'".
+std::string describe(const py::handle& value) {
+  std::string repr = py::repr(value);
+  if (repr.size() > 40) repr = repr.substr(0, 37) + "...";
+  return std::string(py::str(py::type::handle_of(value).attr("__name__"))) + " " + repr;
+}
+
+bool is_numeric_array(const py::handle& value) {
+  if (!py::isinstance<py::array>(value)) return false;
+  const char kind = py::reinterpret_borrow<py::array>(value).dtype().kind();
+  return std::string_view("biuf").find(kind) != std::string_view::npos;
+}
+
+// A Python or NumPy int or float, not a bool (which would load as 1).
+bool real_number(const py::handle& value) {
+  const py::module_ np = py::module_::import("numpy");
+  if (py::isinstance<py::bool_>(value) || py::isinstance(value, np.attr("bool_"))) return false;
+  return py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value) ||
+         py::isinstance(value, np.attr("integer")) || py::isinstance(value, np.attr("floating"));
+}
+
+// Tensors stay tensors, numeric arrays are copied into tensors, numbers are
+// scalars. The state names (sgd.cpp and adamw.cpp keep PyTorch's) fix the
+// type each entry must have, so that a wrong one is named here rather than
+// reaching the optimizer as a missing and an unexpected name; an unknown
+// name is left for the optimizer to report.
+optim::StateDict from_dict(const py::handle& self, const py::dict& state) {
+  const std::string who = std::string(py::str(py::type::handle_of(self).attr("__name__"))) + ".load_state_dict: ";
   optim::StateDict out;
   for (auto [key, value] : state) {
-    std::string name = py::str(key);
+    if (!py::isinstance<py::str>(key)) throw py::type_error(who + "keys must be str (got " + describe(key) + ")");
+    std::string name = key.cast<std::string>();
+    const std::string_view field = std::string_view(name).substr(name.find('.') + 1);
+    const bool is_tensor = py::isinstance<Tensor>(value) || is_numeric_array(value);
+    const bool is_number = real_number(value);
+    auto refuse = [&](const char* expected) {
+      return py::type_error(who + "'" + name + "' must be " + expected + " (got " + describe(value) + ")");
+    };
+    if (field == "step") {
+      if (!is_number) throw refuse("an int");
+    } else if (field == "exp_avg" || field == "exp_avg_sq" || field == "momentum_buffer") {
+      if (!is_tensor) throw refuse("a Tensor or a numeric array");
+    } else if (!is_tensor && !is_number) {
+      throw refuse("a Tensor, a numeric array or a number");
+    }
     if (py::isinstance<Tensor>(value)) {
       out.tensors.emplace_back(std::move(name), value.cast<Tensor>());
-    } else if (py::isinstance<py::array>(value)) {
-      out.tensors.emplace_back(std::move(name), tensor_from_array(value.cast<py::array>(), false));
+    } else if (is_tensor) {
+      out.tensors.emplace_back(std::move(name), tensor_from_array(py::reinterpret_borrow<py::object>(value), false));
     } else {
       out.scalars.emplace_back(std::move(name), value.cast<double>());
     }
@@ -52,7 +93,10 @@ void bind_optim(py::module_& m) {
       .def("zero_grad", &optim::Optimizer::zero_grad)
       .def("state_dict", [](const optim::Optimizer& o) { return to_dict(o.state_dict()); })
       .def(
-          "load_state_dict", [](optim::Optimizer& o, const py::dict& state) { o.load_state_dict(from_dict(state)); },
+          "load_state_dict",
+          [](py::handle self, const py::dict& state) {
+            self.cast<optim::Optimizer&>().load_state_dict(from_dict(self, state));
+          },
           py::arg("state_dict"))
       .def("parameters", &optim::Optimizer::parameters);
 

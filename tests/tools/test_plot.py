@@ -2,6 +2,8 @@
 size; files it cannot read give exit status 1 and a message naming the file
 and line, never a traceback."""
 
+import importlib.machinery
+import importlib.util
 import json
 import struct
 import subprocess
@@ -73,11 +75,14 @@ def test_plots_two_runs_in_one_picture(tmp_path):
     ([step_line(0), '{"step": 1, "loss": '], ":2: ", "not JSON"),
     ([step_line(0), step_line(1), '{"loss": 3.0}'], ":3: ", 'no "step" key'),
     ([step_line(0), "[1, 2]"], ":2: ", "expected a JSON object"),
-    ([step_line(0), '{"step": "one", "loss": 3.0}'], ":2: ", '"step" must be a non-negative integer'),
-    ([step_line(0), '{"step": 1, "loss": "low"}'], ":2: ", '"loss" must be a finite number'),
+    ([step_line(0), '{"step": "one", "loss": 3.0}'], ":2: ", '"step" must be an integer from 0 to 2**64 - 1'),
+    ([step_line(0), '{"step": 1, "loss": "low"}'], ":2: ", '"loss" must be a number'),
+    ([step_line(0), '{"step": 1e400, "loss": 3.0}'], ":2: ", '"step" must be an integer'),
+    ([step_line(0), '{"step": 18446744073709551616, "loss": 3.0}'], ":2: ", '"step" must be an integer'),
     ([], ": ", "no step lines"),
     (['{"step": 9, "val_loss": 2.0}'], ": ", "no step lines"),
-], ids=["BadJson", "NoStep", "NotAnObject", "StepNotAnInteger", "LossNotANumber", "EmptyFile", "OnlyValidation"])
+], ids=["BadJson", "NoStep", "NotAnObject", "StepNotAnInteger", "LossNotANumber", "StepInfinite", "StepBeyond64Bits",
+        "EmptyFile", "OnlyValidation"])
 def test_rejects_a_bad_file_naming_it_and_the_line(tmp_path, lines, where, message):
     good = write(tmp_path / "good.jsonl", [step_line(s) for s in range(3)])
     bad = write(tmp_path / "bad.jsonl", lines)
@@ -106,3 +111,90 @@ def test_the_format_follows_the_extension(tmp_path):
     result = plot(metrics, "-o", tmp_path / "run.gif")
     assert result.returncode == 2 and "one of .png, .svg or .pdf" in result.stderr
     assert not (tmp_path / "run.gif").exists()
+
+
+def load_plot():
+    """tools/plot as a module, to look inside the panels it draws."""
+    loader = importlib.machinery.SourceFileLoader("plot_tool", str(PLOT))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("plot_tool", loader))
+    loader.exec_module(module)
+    return module
+
+
+def with_values(step, **values):
+    record = json.loads(step_line(step, lr=1e-3))
+    record.update(values)
+    return json.dumps(record)
+
+
+@pytest.mark.parametrize("bad, key", [
+    ({"loss": 1e308}, "loss"), ({"loss": -1e308}, "loss"), ({"loss": float("inf")}, "loss"),
+    ({"loss": float("-inf")}, "loss"), ({"loss": float("nan")}, "loss"), ({"lr": 1e308}, "lr"),
+    ({"tokens_per_second": float("inf")}, "tokens_per_second"),
+    ({"seconds": 1e308, "tokens_per_second": 1e308}, "tokens_per_second"),  # and no B * T from their product
+], ids=["LossHuge", "LossHugeNegative", "LossInf", "LossMinusInf", "LossNaN", "LrHuge", "TokensInf", "SecondsHuge"])
+def test_values_that_cannot_be_drawn_are_left_out_with_a_note(tmp_path, bad, key):
+    lines = [with_values(1, **bad), with_values(2), with_values(3), json.dumps({"step": 3, "val_loss": 1e308})]
+    out = tmp_path / "run.png"
+    result = plot(write(tmp_path / "run.jsonl", lines), "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Warning" not in result.stderr, result.stderr
+    assert "run.jsonl: left out 2 values that cannot be drawn" in result.stderr, result.stderr
+    assert f": 1 {key}, 1 val_loss" in result.stderr, result.stderr
+    assert png_size(out) == (900, 700)
+
+
+def test_reads_the_bare_nan_and_inf_the_trainer_writes(tmp_path):
+    # metrics_line formats doubles with {:.17g}: a diverged step reads "loss":nan.
+    lines = [step_line(0), '{"step":1,"loss":nan,"lr":inf,"seconds":0.1,"tokens_per_second":-inf,"ranks":[]}',
+             step_line(2)]
+    out = tmp_path / "run.png"
+    result = plot(write(tmp_path / "run.jsonl", lines), "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "left out 3 values that cannot be drawn" in result.stderr
+    assert "1 loss, 1 lr, 1 tokens_per_second" in result.stderr
+    assert png_size(out) == (900, 700)
+
+
+def test_every_value_left_out_still_draws(tmp_path):
+    lines = [with_values(s, loss=float("nan"), lr=float("inf"), tokens_per_second=float("nan")) for s in range(3)]
+    result = plot(write(tmp_path / "run.jsonl", lines), "-o", tmp_path / "run.png")
+    assert result.returncode == 0, result.stderr
+    assert "left out 9 values" in result.stderr and "Warning" not in result.stderr, result.stderr
+
+
+def panels_of(tmp_path, lines):
+    """The axes tools/plot draws for one run, drawn into a figure we keep."""
+    tool = load_plot()
+    run = tool.read_run(write(tmp_path / "run.jsonl", lines), "run")
+    import matplotlib.pyplot as plt
+
+    _, axes = plt.subplots(3, 1)
+    colors = ["C0"]
+    for ax, panel in zip(axes, [tool.plot_loss, tool.plot_lr, tool.plot_throughput]):
+        panel(ax, [run], colors)
+    return axes
+
+
+def drawn_points(ax):
+    return [(x, y) for line in ax.get_lines() for x, y in zip(line.get_xdata(), line.get_ydata())]
+
+
+def visible(ax):
+    """Every line either has two points or a marker: a line through one point draws nothing."""
+    return all(len(line.get_xdata()) > 1 or line.get_marker() not in (None, "None", "") for line in ax.get_lines())
+
+
+def test_two_steps_show_the_second_steps_tokens_per_second(tmp_path):
+    _, _, throughput = panels_of(tmp_path, [step_line(0), step_line(1)])
+    assert drawn_points(throughput) == [(1, 8192.0)]
+    assert visible(throughput)
+
+
+def test_one_step_says_there_are_not_enough_steps_for_tokens_per_second(tmp_path):
+    loss, lr, throughput = panels_of(tmp_path, [step_line(0, lr=1e-3)])
+    assert drawn_points(throughput) == []
+    assert any("not enough steps" in t.get_text() for t in throughput.texts)
+    assert visible(loss) and visible(lr) and drawn_points(loss) != []
+    result = plot(tmp_path / "run.jsonl", "-o", tmp_path / "run.png")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
