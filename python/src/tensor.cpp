@@ -150,7 +150,8 @@ void bind_tensor(py::module_& m) {
           "__array__", [](const Tensor& t, py::object) { return numpy_view(t); }, py::arg("dtype") = py::none())
       .def("item", &Tensor::item)
       .def("tolist", [](const Tensor& t) { return values_view(t, false).attr("tolist")(); })
-      .def("_values", [](const Tensor& t) { return values_view(t, false); }, "A read-only view, for repr")
+      .def(
+          "_values", [](const Tensor& t) { return values_view(t, false); }, "A read-only view, for repr")
       .def("clone", &Tensor::clone, Release())
       .def("zero_grad", &Tensor::zero_grad)
       .def(

@@ -20,7 +20,7 @@ DDP::DDP(std::shared_ptr<nn::Module> model, Comm& comm, const BucketOptions& buc
   register_module("module", module_);
   params_ = module_->parameters();
   check_same_parameters(comm_, params_, "DDP", /*stage=*/0);
-  materialize(params_);  // a deferred model: every replica holds all of it anyway
+  materialize(params_);              // a deferred model: every replica holds all of it anyway
   broadcast_params(comm_, params_);  // the frozen too: the replicas start equal
   take_frozen(params_);
   grads_ = std::make_unique<FlatGrads>(params_);

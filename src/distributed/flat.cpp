@@ -167,9 +167,8 @@ void FlatGrads::release() {
 void FlatGrads::allocate() {
   if (!flat_.empty()) return;
   flat_ = Storage(flat_length(params_));
-  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
-    p.impl().grad_home = flat_.view(offset, p.numel());
-  });
+  for_each_segment(params_,
+                   [this](const Tensor& p, std::size_t offset) { p.impl().grad_home = flat_.view(offset, p.numel()); });
 }
 
 std::size_t FlatGrads::held() const {
@@ -200,9 +199,8 @@ void FlatParams::allocate() {
 }
 
 void FlatParams::view_values() {
-  for_each_segment(params_, [this](const Tensor& p, std::size_t offset) {
-    p.impl().data = flat_.view(offset, p.numel());
-  });
+  for_each_segment(params_,
+                   [this](const Tensor& p, std::size_t offset) { p.impl().data = flat_.view(offset, p.numel()); });
 }
 
 void init_chunk(const std::vector<Tensor>& params, std::size_t a, std::span<double> chunk) {
@@ -259,8 +257,8 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
   const std::string own_problem = list_problem(params);
   const bool listed = own_problem.empty();
   const auto frozen = [&params] {
-    return static_cast<std::size_t>(std::count_if(params.begin(), params.end(),
-                                                  [](const Tensor& p) { return !p.requires_grad(); }));
+    return static_cast<std::size_t>(
+        std::count_if(params.begin(), params.end(), [](const Tensor& p) { return !p.requires_grad(); }));
   };
   const Parameters mine{.invalid = !listed,
                         .stage = stage,
@@ -297,9 +295,10 @@ void check_same_parameters(Comm& comm, const std::vector<Tensor>& params, const 
                       q, theirs.tensors, theirs.values));
     }
     if (theirs.frozen != first.frozen || theirs.frozen_hash != first.frozen_hash) {
-      fail(fmt::format("ranks disagree on which parameters are frozen (requires_grad false): rank {} freezes {} of "
-                       "them, rank 0 {}{}",
-                       q, theirs.frozen, first.frozen, theirs.frozen == first.frozen ? ", not the same ones" : ""));
+      fail(
+          fmt::format("ranks disagree on which parameters are frozen (requires_grad false): rank {} freezes {} of "
+                      "them, rank 0 {}{}",
+                      q, theirs.frozen, first.frozen, theirs.frozen == first.frozen ? ", not the same ones" : ""));
     }
   }
   if (first.frozen == first.tensors) fail("every parameter is frozen (requires_grad false): there is nothing to train");

@@ -193,8 +193,7 @@ std::exception_ptr watch(detail::ShmGroup& group, const std::atomic<std::uint32_
 
 }  // namespace
 
-void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options,
-               const std::function<void()>& poll) {
+void run_procs(int p, const std::function<void(Comm&)>& fn, CommOptions options, const std::function<void()>& poll) {
   if (p < 1 || p > kMaxSharedMemoryWorld) {
     throw std::invalid_argument(
         fmt::format("run_procs: world size must be from 1 to {} (got {})", kMaxSharedMemoryWorld, p));

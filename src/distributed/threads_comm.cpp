@@ -21,8 +21,7 @@ constexpr auto kPollEvery = std::chrono::milliseconds(50);
 
 }  // namespace
 
-void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions options,
-                 const std::function<void()>& poll) {
+void run_threads(int p, const std::function<void(Comm&)>& fn, CommOptions options, const std::function<void()>& poll) {
   if (p < 1 || p > kMaxSharedMemoryWorld) {
     throw std::invalid_argument("run_threads: world size must be from 1 to " + std::to_string(kMaxSharedMemoryWorld) +
                                 " (got " + std::to_string(p) + ")");

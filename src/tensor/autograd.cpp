@@ -88,7 +88,8 @@ void record(Tensor& out, std::vector<Tensor> inputs, BackwardFn backward) {
   for (const Tensor& input : inputs) versions.push_back(input.impl().version);
   TensorImpl& impl = out.impl();
   impl.requires_grad = true;
-  impl.grad_fn = std::make_shared<Node>(Node{std::move(inputs), std::move(backward), std::move(versions), impl.version});
+  impl.grad_fn =
+      std::make_shared<Node>(Node{std::move(inputs), std::move(backward), std::move(versions), impl.version});
 }
 
 namespace {

@@ -1,15 +1,14 @@
 #include "tinyllm/tensor/storage.h"
 
+#include <fmt/format.h>
 #include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
-
-#include <fmt/format.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <unordered_map>
@@ -156,8 +155,8 @@ Storage::Storage(std::size_t size) : size_(size) {
 
 Storage Storage::view(std::size_t offset, std::size_t count) const {
   if (offset > size_ || count > size_ - offset) {
-    throw std::out_of_range(fmt::format("Storage::view: elements [{}, {}) lie outside a buffer of {}", offset,
-                                        offset + count, size_));
+    throw std::out_of_range(
+        fmt::format("Storage::view: elements [{}, {}) lie outside a buffer of {}", offset, offset + count, size_));
   }
   Storage s;
   s.block_ = block_;

@@ -43,8 +43,7 @@ TEST(BitwiseTest, AGradientBeyondTheExactRangeIsAnErrorOnEveryRank) {
         EXPECT_THROW_WITH(ddp.sync_grads(), std::range_error, "the mean gradient is not finite");
         return;
       }
-      dist::ZeroOptimizer zo(optim::SGD::factory({.lr = 0.1}), net->parameters(), comm, stage,
-                             bitwise_zero());
+      dist::ZeroOptimizer zo(optim::SGD::factory({.lr = 0.1}), net->parameters(), comm, stage, bitwise_zero());
       zo.gather();
       scaled_backward(*net, scale);
       zo.add_leaf();

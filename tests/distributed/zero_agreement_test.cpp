@@ -29,8 +29,7 @@ TEST(ZeroAgreementTest, RanksThatBuildDifferentOptimizersAreRefusedOnEveryRank) 
                       "ZeroOptimizer: ranks disagree on the optimizer: rank 2 builds AdamW(lr=0.002, betas=(0.9, "
                       "0.999), eps=1e-08, weight_decay=0.01), rank 0 AdamW(lr=0.001, betas=(0.9, 0.999), eps=1e-08, "
                       "weight_decay=0.01)");
-    const optim::OptimizerFactory other =
-        odd ? optim::SGD::factory({.lr = 1e-3}) : optim::AdamW::factory({.lr = 1e-3});
+    const optim::OptimizerFactory other = odd ? optim::SGD::factory({.lr = 1e-3}) : optim::AdamW::factory({.lr = 1e-3});
     EXPECT_THROW_WITH(ZeroOptimizer(other, net.parameters(), comm, 1), std::invalid_argument,
                       "rank 2 builds SGD(lr=0.001, momentum=0, dampening=0, weight_decay=0, nesterov=false), rank 0 "
                       "AdamW(");
@@ -88,7 +87,8 @@ TEST(FrozenParametersTest, RanksThatFreezeOthersOrEverythingAreRefused) {
                       "them, rank 0 1, not the same ones");
     for (const Tensor& p : net->parameters()) p.impl().requires_grad = false;
     EXPECT_THROW_WITH(ZeroOptimizer(optim::SGD::factory({.lr = 0.1}), net->parameters(), comm, 2),
-                      std::invalid_argument, "every parameter is frozen (requires_grad false): there is nothing to train");
+                      std::invalid_argument,
+                      "every parameter is frozen (requires_grad false): there is nothing to train");
   });
 }
 

@@ -56,8 +56,8 @@ TEST(AutogradTest, BackwardRefusesInputsChangedAfterTheForward) {
   Tensor y = times(times(x, x), k);
   ++k.impl().version;
   EXPECT_THROW_WITH(y.backward(Tensor::from({1, 1}, {2})), std::invalid_argument,
-                           "input 1 of an op, a [2] tensor, was modified in place after the forward (it is at "
-                           "version 1, the op saw version 0)");
+                    "input 1 of an op, a [2] tensor, was modified in place after the forward (it is at "
+                    "version 1, the op saw version 0)");
   EXPECT_TRUE(x.grad().empty()) << "no gradient may move before the check";
 
   Tensor z = times(x, x);
