@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "comm_contract.h"
@@ -38,10 +40,13 @@ INSTANTIATE_TEST_SUITE_P(ProcsStaged, CommContract, ::testing::ValuesIn(contract
 INSTANTIATE_TEST_SUITE_P(ProcsStaged, CommWorld, ::testing::Values(ContractCase{Backend::ProcsStaged, 3, 0}),
                          contract_case_name);
 
+// This process's segments only (they are named for the launcher's pid): a
+// second suite running beside this one makes segments of its own.
 int tinyllm_segments() {
+  const std::string mine = "tinyllm-" + std::to_string(getpid()) + "-";
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (entry.path().filename().string().starts_with("tinyllm-")) ++count;
+    if (entry.path().filename().string().starts_with(mine)) ++count;
   }
   return count;
 }
@@ -114,6 +119,37 @@ TEST_F(RunProcsTest, AnExitStatusIsReported) {
   };
   EXPECT_THROW_WITH(dist::run_procs(2, body, {.timeout = milliseconds(5000)}), CommError,
                     "rank 1 exited with status 3");
+}
+
+// An exit with status 0 is no success when fn had not returned: the rank
+// is named whether the others wait for it in a collective or return.
+TEST_F(RunProcsTest, AnExitWithStatusZeroBeforeReturningIsNamed) {
+  for (const bool collective : {true, false}) {
+    SCOPED_TRACE(collective ? "others in a barrier" : "others return");
+    auto body = [collective](Comm& comm) {
+      if (comm.rank() == 1) _exit(0);
+      if (collective) comm.barrier();
+    };
+    EXPECT_THROW_WITH(dist::run_procs(3, body, {.timeout = milliseconds(30'000)}), CommError,
+                      "rank 1 exited with status 0 before returning a result");
+  }
+}
+
+// A poll that throws stops the children (a loop outside any collective and
+// a barrier alike), reaps them all, and its own exception comes back.
+TEST_F(RunProcsTest, APollThatThrowsStopsEveryRank) {
+  int polls = 0;
+  auto body = [](Comm& comm) {
+    if (comm.rank() == 0) {
+      for (;;) std::this_thread::sleep_for(milliseconds(10));
+    }
+    comm.barrier();
+  };
+  auto poll = [&polls] {
+    if (++polls == 3) throw std::out_of_range("stop now");
+  };
+  EXPECT_THROW_WITH(dist::run_procs(2, body, {.timeout = milliseconds(30'000)}, poll), std::out_of_range, "stop now");
+  EXPECT_EQ(polls, 3);
 }
 
 // A rank stuck outside any collective never sees the failure; the launcher

@@ -60,12 +60,12 @@ TEST_P(ShmFaults, ARankThatStopsAnsweringIsNamedWithinTheTimeout) {
 
 // A hung rank: under threads one that never enters all_reduce #1, under
 // procs one stopped by SIGSTOP. The others fail within the timeout plus a
-// 2 s margin, naming the collective and the rank; under procs the launcher
-// kills the stopped rank 1 s after that (procs_comm.cpp's kGrace), so the
-// whole run ends within one timeout, not two.
+// 3 s margin, naming the collective and the rank; under procs the launcher
+// kills the stopped rank 1 s after that (procs_comm.cpp's kGrace). Measured
+// at 1.0 s and 2.0 s (procs) beside a second suite, half the bounds or less.
 TEST_P(ShmFaults, AHungRankFailsTheOthersWithinTheTimeout) {
   const auto [backend, p, n] = GetParam();
-  const milliseconds timeout(1000), margin(2000), grace(backend == Backend::Procs ? 1000 : 0);
+  const milliseconds timeout(1000), margin(3000), grace(backend == Backend::Procs ? 1000 : 0);
   std::atomic<int> gave_up{0};  // threads: the stand-in returns once the others have failed
   const auto start = Clock::now();
   auto body = [&](Comm& comm) {

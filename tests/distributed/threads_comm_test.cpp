@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -45,6 +47,32 @@ TEST(RunThreadsTest, RethrowsTheFailureWithItsRankAndType) {
     if (comm.rank() == 2) throw std::invalid_argument("bad value 7");
   };
   EXPECT_THROW_WITH(dist::run_threads(3, body), std::invalid_argument, "rank 2: bad value 7");
+}
+
+// A poll that throws stops the run: rank 0, waiting in a barrier rank 1
+// never joins, fails fast with the stop's message, and poll's own
+// exception comes back, poll not called again.
+TEST(RunThreadsTest, APollThatThrowsStopsTheRankWaitingInACollective) {
+  std::atomic<int> polls{0};
+  std::atomic<bool> stopped{false};
+  auto body = [&](dist::Comm& comm) {
+    if (comm.rank() == 0) {
+      EXPECT_THROW_WITH(comm.barrier(), dist::CommError, "the run was stopped: enough");
+    } else {  // until the stop; the deadline only ends a failing test
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!stopped && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  };
+  auto poll = [&] {
+    if (++polls == 2) {
+      stopped = true;
+      throw std::out_of_range("enough");
+    }
+  };
+  EXPECT_THROW_WITH(dist::run_threads(2, body, {}, poll), std::out_of_range, "enough");
+  EXPECT_EQ(polls.load(), 2);
 }
 
 TEST(RunThreadsTest, RejectsAWorldOutsideItsRange) {

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "support/expect_throw.h"
+#include "train_testing.h"
 
 namespace tinyllm::train {
 namespace {
@@ -81,10 +82,10 @@ TEST(CorpusTest, SplitRejectsAFractionOutOfRangeOrAPartTooShort) {
 }
 
 TEST(CorpusTest, LoadsBytesAsTokens) {
-  const auto path = std::filesystem::temp_directory_path() / "tinyllm_corpus_test.txt";
+  const testing::ScratchDir dir("tinyllm-corpus-test");
+  const std::string path = dir / "corpus.txt";
   std::ofstream(path, std::ios::binary) << "ab\xff";
-  Corpus corpus = Corpus::load(path.string());
-  std::filesystem::remove(path);
+  Corpus corpus = Corpus::load(path);
   EXPECT_EQ(corpus.size(), 3u);
   EXPECT_EQ(corpus.batch(0, 1, 2).inputs, (std::vector<int>{'a', 'b'}));
   EXPECT_EQ(corpus.batch(0, 1, 2).targets, (std::vector<int>{'b', 255}));
@@ -92,10 +93,10 @@ TEST(CorpusTest, LoadsBytesAsTokens) {
 
 TEST(CorpusTest, RejectsBadInput) {
   EXPECT_THROW_WITH(Corpus::load("/nonexistent/tinyllm.txt"), std::invalid_argument, "cannot be opened");
-  const auto empty = std::filesystem::temp_directory_path() / "tinyllm_empty_test.txt";
+  const testing::ScratchDir dir("tinyllm-corpus-empty");
+  const std::string empty = dir / "empty.txt";
   std::ofstream(empty).close();
-  EXPECT_THROW_WITH(Corpus::load(empty.string()), std::invalid_argument, "is empty");
-  std::filesystem::remove(empty);
+  EXPECT_THROW_WITH(Corpus::load(empty), std::invalid_argument, "is empty");
   EXPECT_THROW_WITH(counting(4).batch(0, 1, 4), std::invalid_argument, "4 tokens, too few for one window of 4 + 1");
   EXPECT_THROW_WITH(counting(50).batch(0, 10, 4, 0, 4), std::invalid_argument,
                     "batch of 10 rows does not divide by world size 4");

@@ -20,15 +20,15 @@ cp /usr/share/common-licenses/GPL-3 "$dir/corpus.txt"
 chmod 755 "$dir" "$dir/tinyllm"
 chmod 644 "$dir/corpus.txt"
 
-shm_segments() { find /dev/shm -maxdepth 1 -name 'tinyllm-*' 2>/dev/null | sort; }
-shm_before=$(shm_segments)
+# The run's pid, which names its shared segments (bash execs tinyllm).
+touch "$dir/pid" && chmod 666 "$dir/pid"
 # The parent and three ranks fit beside the threads nobody runs already
 # (RLIMIT_NPROC counts by real user).
 limit=$(($(ps -L -U nobody --no-headers 2>/dev/null | wc -l) + 4))
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 started=$(now_ms)
 out=$(OPENBLAS_NUM_THREADS=1 timeout 30 setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups \
-  bash -c "ulimit -u $limit && exec $dir/tinyllm train --world 16 --backend procs --data $dir/corpus.txt \
+  bash -c "echo \$\$ > $dir/pid && ulimit -u $limit && exec $dir/tinyllm train --world 16 --backend procs --data $dir/corpus.txt \
     --steps 2 --layers 1 --heads 2 --width 16 --seq 8 --batch 16" 2>&1)
 status=$?
 took=$(($(now_ms) - started))
@@ -46,6 +46,11 @@ if left=$(pgrep -u nobody -f "$dir/tinyllm"); then
   kill -KILL $left
   fail=1
 fi
-[ "$(shm_segments)" = "$shm_before" ] || { echo "fork_failure.sh: a shared segment was left in /dev/shm"; fail=1; }
+pid=$(cat "$dir/pid")
+[[ -n $pid ]] || { echo "fork_failure.sh: the run's pid was not recorded"; fail=1; }
+if compgen -G "/dev/shm/tinyllm-$pid-*" >/dev/null; then
+  echo "fork_failure.sh: a shared segment of the run (pid $pid) was left in /dev/shm"
+  fail=1
+fi
 [ "$fail" -eq 0 ] && echo "fork failure passed"
 exit $fail

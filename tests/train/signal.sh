@@ -7,7 +7,10 @@
 # to them: Open MPI's mpirun takes SIGINT and SIGTERM as an abort, stops
 # relaying the ranks' output and kills them 1 s later, so a user stops such
 # a run by signalling its ranks. mpirun then ends the job with the first
-# rank's status, 1.3-2.7 s after the signal on two busy cores: 5 s bound it.
+# rank's status, 1.1-2.7 s after the signal on two busy cores: 10 s bound it,
+# near 4 times the slowest seen and far inside the 60 s collective timeout a
+# run that failed to stop would wait out. Without a launcher the run ends in
+# 50-180 ms, alone or beside a second suite: 2 s bound it.
 # Usage: signal.sh SIGNAL STATUS DIR TINYLLM [TRAIN FLAGS...] [-- LAUNCHER...]
 set -uo pipefail
 signal=$1 expected=$2 dir=$3 tinyllm=$4
@@ -20,7 +23,7 @@ done
 [ $# -gt 0 ] && shift
 launcher=("$@")
 bound=2000
-[ ${#launcher[@]} -eq 0 ] || bound=5000
+[ ${#launcher[@]} -eq 0 ] || bound=10000
 rm -rf "$dir"
 mkdir -p "$dir"
 out="$dir.log"

@@ -53,11 +53,10 @@ TEST(TrainerTest, RejectsBadInput) {
   TrainOptions o = small_run();
   o.data = "/nonexistent/corpus.txt";
   EXPECT_THROW_WITH(train(o), std::invalid_argument, "'/nonexistent/corpus.txt' cannot be opened");
-  const auto tiny = std::filesystem::temp_directory_path() / "tinyllm_tiny_corpus.txt";
-  std::ofstream(tiny) << "too short";
-  o.data = tiny.string();
+  const testing::ScratchDir dir("tinyllm-tiny-corpus");
+  o.data = dir / "corpus.txt";
+  std::ofstream(o.data) << "too short";
   EXPECT_THROW_WITH(train(o), std::invalid_argument, "too few for one window of 16 + 1");
-  std::filesystem::remove(tiny);
   o = small_run();
   o.model.n_head = 3;
   EXPECT_THROW_WITH(train(o), std::invalid_argument, "width 16 is not divisible by 3 heads");

@@ -15,7 +15,6 @@
 #include <limits>
 #include <ostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "support/expect_throw.h"
@@ -300,15 +299,6 @@ TEST(MpiCommSequenceTest, TrafficMatchesTheFormulas) {
 }
 
 // Rank 0 arrives 300 ms late; nobody may leave the barrier before it.
-TEST(MpiCommSequenceTest, BarrierWaitsForTheLastRank) {
-  MpiComm comm(MPI_COMM_WORLD, kOptions);
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto start = Clock::now();
-  if (comm.rank() == 0) std::this_thread::sleep_for(milliseconds(300));
-  comm.barrier();
-  EXPECT_GE(Clock::now() - start, milliseconds(250)) << "rank " << comm.rank();
-}
-
 // The duplicated communicator: a receive for any message on the caller's
 // communicator must not see MpiComm's headers.
 TEST(MpiCommSequenceTest, KeepsItsMessagesOffTheCallersCommunicator) {
