@@ -1,7 +1,6 @@
-// The tinyllm command: train, verify (the capstone check: P ranks against
-// one process), memory (the per-rank byte table), diff (two checkpoints
-// compared) and sample (text from a checkpoint). The only place that
-// catches, prints and exits.
+// The tinyllm command: train, verify (P ranks against one process), memory
+// (the per-rank byte table), diff (two checkpoints compared) and sample
+// (text from a checkpoint). The only place that catches, prints and exits.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "tinyllm/distributed/chunk.h"
+#include "tinyllm/distributed/stage.h"
 #include "tinyllm/distributed/stop.h"
 #include "tinyllm/tensor/parallel.h"
 #include "tinyllm/train/checkpoint.h"
@@ -45,11 +45,6 @@ void flush_stdout() {
     throw std::runtime_error(
         fmt::format("standard output cannot be written: {}", error != 0 ? std::strerror(error) : "write failed"));
   }
-}
-
-const char* mode_name(int zero) {
-  static const char* const kNames[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
-  return kNames[zero];
 }
 
 template <typename T>
@@ -247,8 +242,8 @@ class Printer final : public train::TrainObserver {
     fmt::print("tinyllm train: L={} H={} C={} T={}, {} parameters, on {} ({} windows), batch {}, steps {}..{}\n",
                options_.model.n_layer, options_.model.n_head, options_.model.n_embd, options_.model.block_size,
                info.num_parameters, info.corpus, info.num_windows, options_.batch, info.start_step + 1, options_.steps);
-    fmt::print("{} on {} rank{} ({}), {}{}, {}\n", mode_name(options_.zero), info.world, info.world == 1 ? "" : "s",
-               train::backend_name(info.backend), describe_overlap(options_, info),
+    fmt::print("{} on {} rank{} ({}), {}{}, {}\n", dist::mode_name(options_.zero), info.world,
+               info.world == 1 ? "" : "s", train::backend_name(info.backend), describe_overlap(options_, info),
                options_.grad_accum > 1 ? fmt::format(", {} micro-batches per step", options_.grad_accum) : "",
                describe_update(options_));
     if (info.num_val_windows > 0) {
@@ -370,8 +365,8 @@ int run_verify(const train::TrainOptions& o) {
     fmt::print(
         "tinyllm verify: {} on {} ranks ({}) against one process, {}, "
         "L={} H={} C={} T={}, batch {}{}, {}, {} steps\n",
-        mode_name(o.zero), info.world, train::backend_name(info.backend), describe_overlap(o, info), o.model.n_layer,
-        o.model.n_head, o.model.n_embd, o.model.block_size, o.batch,
+        dist::mode_name(o.zero), info.world, train::backend_name(info.backend), describe_overlap(o, info),
+        o.model.n_layer, o.model.n_head, o.model.n_embd, o.model.block_size, o.batch,
         o.grad_accum > 1 ? fmt::format(", grad-accum {}", o.grad_accum) : "", describe_update(o), o.steps);
     fmt::print("{:>5}  {:>10}  {:>9}  {:>9}  {:>9}  {:>10}  {}\n", "step", "loss", "|Δloss|", "|Δparam|", "|Δexp_avg|",
                "|Δexp_avg_sq|", "ranks bit-identical");
@@ -417,7 +412,7 @@ int run_memory(const nn::GPTConfig& config, int world) {
       const dist::MemoryBytes m = train::state_bytes(zero, n, world, r);
       const dist::MemoryBytes peak = train::peak_bytes(zero, config, world, r);
       const std::string ranks = end - first == 1 ? std::to_string(first) : fmt::format("{}-{}", first, end - 1);
-      fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12.2f} {:>14}\n", mode_name(zero), ranks, m.params,
+      fmt::print("{:<7} {:<9} {:>14} {:>14} {:>14} {:>14} {:>12.2f} {:>14}\n", dist::mode_name(zero), ranks, m.params,
                  m.grads, m.optimizer, m.total(), static_cast<double>(m.total()) / (1 << 20), peak.total());
     }
   }

@@ -1,8 +1,6 @@
 # Fails naming each public header that tinyllm/tinyllm.h does not include.
 file(READ ${INCLUDE_DIR}/tinyllm/tinyllm.h _umbrella)
 file(GLOB _headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/tinyllm/*/*.h)
-# tinyllm/dist/ only forwards to tinyllm/distributed/, its name before the rename.
-list(FILTER _headers EXCLUDE REGEX "^tinyllm/dist/")
 set(_missing)
 foreach(header ${_headers})
   string(FIND "${_umbrella}" "#include \"${header}\"" _at)

@@ -7,11 +7,13 @@
 #include "tinyllm/distributed/ddp.h"
 #include "tinyllm/distributed/errors.h"
 #include "tinyllm/distributed/exact_sum.h"
+#include "tinyllm/distributed/memory_bytes.h"
 #if TINYLLM_WITH_MPI  // defined by the tinyllm target when it was built with MPI
 #include "tinyllm/distributed/mpi_comm.h"
 #endif
 #include "tinyllm/distributed/procs_comm.h"
 #include "tinyllm/distributed/self_comm.h"
+#include "tinyllm/distributed/stage.h"
 #include "tinyllm/distributed/stop.h"
 #include "tinyllm/distributed/threads_comm.h"
 #include "tinyllm/distributed/zero.h"

@@ -1,5 +1,5 @@
 // The gradients of bitwise mode (BucketOptions::bitwise, docs/BITWISE.md),
-// which DDP and ZeroOptimizer share: each leaf's gradient (one window's
+// which the Reducer keeps for DDP and ZeroOptimizer alike: each leaf's gradient (one window's
 // backward, with the same shapes whatever the world size) is added into an
 // ExactSum of the flat vector, bucket by bucket as backward finishes them
 // (GradBuckets' "reduce"), and the step's reduction sums the limbs of

@@ -1,24 +1,13 @@
 #include "comm_stream.h"
 
-#include <fmt/format.h>
-
-#include <iostream>
 #include <utility>
 
 namespace tinyllm::dist {
 
+// A library does not print: overlapping() reports the decision, and the
+// caller says it (the tinyllm command's header line does).
 CommStream::CommStream(Comm& comm, bool overlap) {
-  if (overlap && !comm.callable_from_other_threads()) {
-    static std::once_flag said;
-    std::call_once(said, [&] {
-      std::cerr << fmt::format(
-          "tinyllm: {}: this Comm may be called only from the thread that made it (MPI below "
-          "MPI_THREAD_SERIALIZED): collectives do not overlap backward, they run synchronously\n",
-          comm.who());
-    });
-    return;
-  }
-  if (overlap) worker_ = std::thread([this] { work(); });
+  if (overlap && comm.callable_from_other_threads()) worker_ = std::thread([this] { work(); });
 }
 
 CommStream::~CommStream() {

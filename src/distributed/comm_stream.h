@@ -15,7 +15,8 @@
 //
 // Without overlap (off, or a Comm that only its own thread may call: MPI
 // below MPI_THREAD_SERIALIZED), enqueue() runs the task at once, on the
-// caller's thread, as the code did before the stream existed.
+// caller's thread, as the code did before the stream existed; overlapping()
+// says which, for the caller to report (the stream itself prints nothing).
 #pragma once
 
 #include <condition_variable>

@@ -13,6 +13,7 @@
 
 #include "../support/fnv1a.h"
 #include "payload.h"
+#include "tinyllm/distributed/stage.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/storage.h"
 
@@ -80,8 +81,6 @@ void own_copies(const std::vector<Tensor>& params, Storage TensorImpl::*member, 
   } catch (const std::bad_alloc&) {
   }
 }
-
-std::string mode_name(int stage) { return stage == 0 ? "DDP" : fmt::format("ZeRO stage {}", stage); }
 
 // What every rank checks of every other's parameter list.
 struct Parameters {

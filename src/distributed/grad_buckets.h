@@ -1,7 +1,8 @@
 // GradBuckets: the parameters in buckets, and the hooks that hand each
 // bucket to a reduction as soon as backward has finished every gradient in
-// it. DDP and ZeroOptimizer share it; what "reduce" means (an all_reduce in
-// place, a reduce_scatter into the chunk) is theirs.
+// it. The Reducer (reducer.h) owns it for DDP and ZeroOptimizer alike;
+// what "reduce" means (an all_reduce in place, a reduce_scatter into the
+// chunk, an exact sum) is the Reducer's.
 //
 // A round runs from one flush() to the next. In each backward of a round,
 // a bucket is reduced once all its parameters' gradients of that backward

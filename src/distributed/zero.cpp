@@ -3,15 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
 
-#include "bitwise_grads.h"
 #include "comm_stream.h"
 #include "flat.h"
-#include "grad_buckets.h"
+#include "reducer.h"
 #include "tinyllm/optim/clip_grad.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/storage.h"
@@ -93,12 +91,16 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
   const std::vector<std::pair<std::size_t, std::size_t>> units = unit_runs(params_, options.units);
   stream_ = std::make_unique<CommStream>(comm_, options.buckets.overlap);
-  buckets_ = std::make_unique<GradBuckets>(params_, make_buckets(params_, options.buckets, "ZeroOptimizer", units),
-                                           *stream_, [this](const Bucket& bucket) { reduce_bucket(bucket); });
+  Reducer::Options reduction{.who = "ZeroOptimizer", .whole = units, .chunk = b_ - a_};
+  // Stage 1 keeps the full gradients, all-reduced in place; stages 2 and 3
+  // reduce-scatter each bucket into the chunk. Stage 3 then frees a unit
+  // whose backward is over.
+  if (stage_ > 1) reduction.scatter = [this](const Bucket& bucket) { reduce_scatter_bucket(bucket); };
+  reduction.done = [this](const Bucket& bucket) { release_unit_of(bucket); };
+  reducer_ = std::make_unique<Reducer>(params_, comm_, *stream_, options.buckets, std::move(reduction));
   // A second slot lets the next bucket be taken while one is reduced.
-  slots_.resize(stream_->overlapping() ? std::min<std::size_t>(2, buckets_->buckets().size()) : 1);
+  slots_.resize(stream_->overlapping() ? std::min<std::size_t>(2, reducer_->bucket_count()) : 1);
   make_groups(units);
-  if (options.buckets.bitwise) bitwise_ = std::make_unique<BitwiseGrads>(params_, b_ - a_, /*drop_grads=*/stage_ > 1);
   summed_.assign(params_.size(), 0);
 
   master_chunk_ = Tensor::empty({b_ - a_});
@@ -120,7 +122,6 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   }
   inner_ = make_inner({master_chunk_});
   check_same_optimizer(comm_, *inner_, "ZeroOptimizer");
-  if (stage_ == 1) grads_ = std::make_unique<FlatGrads>(params_);
   if (stage_ == 3) {
     for (std::size_t g = 0; g < groups_.size(); ++g) release_group(g);
     hook_units(options.units);
@@ -211,44 +212,23 @@ void ZeroOptimizer::step() {
 
 void ZeroOptimizer::reduce_grads() {
   if (reduced_) return;
-  stream_->synchronize();
-  if (bitwise_) {
-    if (buckets_->touched()) add_leaf();  // a backward since the last add_leaf()
-    bitwise_->reduce_scatter_mean(comm_, master_chunk_.mutable_grad(), "ZeroOptimizer::step");
-    reduced_ = true;
-    return;
-  }
-  check_every_rank_has_grads(comm_, params_, buckets_->touched(), "ZeroOptimizer::step");
-  // 1 and 2. The buckets that backward has not reduced (all of them when
-  // the grads were set by hand), as it would have: see reduce_bucket().
-  buckets_->flush();
-  if (stage_ == 1) {
-    const std::span<const double> flat_grads = grads_->adopt();
+  // 1 and 2: what backward has not reduced (in bitwise mode, the exact mean straight into the chunk).
+  reducer_->finish("ZeroOptimizer::step", master_chunk_.mutable_grad());
+  if (stage_ == 1 && !reducer_->bitwise()) {
+    const std::span<const double> flat_grads = reducer_->adopt_flat();
     std::copy(flat_grads.begin() + a_, flat_grads.begin() + b_, master_chunk_.mutable_grad().begin());
   }
   for (Slot& slot : slots_) slot = Slot();
   reduced_ = true;
 }
 
-// 1 and 2 for one bucket, during backward once its grads are final. Stage
-// 1 averages them in place and keeps every one in .grad. Stages 2 and 3
-// lay them end to end in a slot, drop them, and add this rank's part of
-// their mean into the chunk's gradient; stage 3 then frees a unit's
-// parameters, whose backward is over. The bookkeeping stays on this thread;
-// the stream gets only the collective and the buffers it owns until done
-// (the slot, and this bucket's part of the chunk's gradient, which no other
-// bucket shares).
-void ZeroOptimizer::reduce_bucket(const Bucket& bucket) {
-  if (bitwise_) {
-    bitwise_->add(bucket.first, bucket.last);
-    release_unit_of(bucket);
-    return;
-  }
-  if (stage_ == 1) {
-    const std::span<double> grads = grads_->adopt(bucket.first, bucket.last);
-    stream_->enqueue([this, grads] { comm_.all_reduce(grads, ReduceOp::Mean); });
-    return;
-  }
+// 1 and 2 for one bucket of stages 2 and 3, during backward once its
+// grads are final: laid end to end in a slot, dropped, and this rank's part
+// of their mean added into the chunk's gradient. The bookkeeping stays on
+// this thread; the stream gets only the collective and the buffers it owns
+// until done (the slot, and this bucket's part of the chunk's gradient,
+// which no other bucket shares).
+void ZeroOptimizer::reduce_scatter_bucket(const Bucket& bucket) {
   const Window w{.n = n_, .begin = bucket.begin, .length = bucket.end - bucket.begin};
   const auto [first, last] = window_part(w, comm_.size(), comm_.rank());
   // The first reduction of a step writes straight into the chunk's
@@ -256,8 +236,8 @@ void ZeroOptimizer::reduce_bucket(const Bucket& bucket) {
   const bool accumulate = std::exchange(summed_[bucket.first], 1) != 0;
   Slot& slot = slots_[next_slot_++ % slots_.size()];
   stream_->wait(slot.busy);
-  if (slot.staging.empty()) slot.staging = Storage(buckets_->largest());
-  if (accumulate && slot.part.empty()) slot.part = Storage(std::min(buckets_->largest(), b_ - a_));
+  if (slot.staging.empty()) slot.staging = Storage(reducer_->largest_bucket());
+  if (accumulate && slot.part.empty()) slot.part = Storage(std::min(reducer_->largest_bucket(), b_ - a_));
   const std::span<double> chunk_grad = master_chunk_.mutable_grad();
   note_peak();
   const std::span<double> grads = slot.staging.span().first(w.length);
@@ -270,7 +250,6 @@ void ZeroOptimizer::reduce_bucket(const Bucket& bucket) {
       for (std::size_t i = 0; i < part.size(); ++i) out[i] += part[i];
     }
   });
-  release_unit_of(bucket);
 }
 
 // Stage 3: a unit's bucket is reduced (or, in bitwise mode, added) once
@@ -316,18 +295,13 @@ void ZeroOptimizer::zero_grad() {
   for (const Tensor& p : params_) p.zero_grad();
   master_chunk_.zero_grad();
   std::fill(summed_.begin(), summed_.end(), 0);
-  buckets_->clear();
-  if (bitwise_) bitwise_->clear();
-  if (grads_) grads_->allocate();  // stage 1: the next backward's home
+  reducer_->clear();  // stage 1: the flat home taken again for the next backward
   reduced_ = false;
 }
 
-NoSyncGuard ZeroOptimizer::no_sync() { return NoSyncGuard(*buckets_); }
+NoSyncGuard ZeroOptimizer::no_sync() { return reducer_->no_sync(); }
 
-void ZeroOptimizer::add_leaf() {
-  if (!bitwise_) throw std::logic_error("ZeroOptimizer::add_leaf: only in bitwise mode (BucketOptions::bitwise)");
-  bitwise_->end_leaf(*buckets_, "ZeroOptimizer::add_leaf");
-}
+void ZeroOptimizer::add_leaf() { reducer_->end_leaf(); }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   // Before any backward (or after zero_grad) there is nothing to clip: the
@@ -336,29 +310,16 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   // hand or was reduced; in bitwise mode, where stages 2 and 3 drop each
   // leaf's grads, only the reduction's count of leaves over every rank
   // tells, and it fails on every rank alike.
-  const bool nothing_here =
-      !reduced_ && !buckets_->touched() &&
-      std::all_of(params_.begin(), params_.end(), [](const Tensor& p) { return p.grad().empty(); });
-  const auto no_gradients = [] {
-    return std::logic_error("ZeroOptimizer::clip_grad_norm: no gradients yet: call backward() first");
-  };
-  if (nothing_here && !bitwise_) throw no_gradients();
+  const bool nothing_here = !reduced_ && reducer_->nothing_yet();
+  if (nothing_here && !reducer_->bitwise()) throw reducer_->no_gradients_yet();
   try {
     reduce_grads();
   } catch (const std::invalid_argument&) {
-    if (nothing_here) throw no_gradients();  // bitwise: no rank added a leaf
+    if (nothing_here) throw reducer_->no_gradients_yet();  // bitwise: no rank added a leaf
     throw;
   }
   const std::span<double> chunk_grad = master_chunk_.grad();
-  double total_norm = 0;
-  if (bitwise_) {
-    total_norm = exact_norm(comm_, chunk_grad);
-  } else {
-    double squares = 0;
-    for (double g : chunk_grad) squares += g * g;
-    comm_.all_reduce({&squares, 1}, ReduceOp::Sum);
-    total_norm = std::sqrt(squares);
-  }
+  const double total_norm = reducer_->norm_of_parts(chunk_grad);
   const double coefficient = optim::clip_coefficient(total_norm, max_norm);
   for (double& g : chunk_grad) g *= coefficient;
   if (stage_ == 1) {
@@ -372,12 +333,7 @@ MemoryBytes ZeroOptimizer::memory_bytes() const {
   std::size_t params = 0, grads = master_chunk_.grad().size();
   for (const Slot& slot : slots_) grads += slot.staging.size() + slot.part.size();
   for (const Tensor& p : params_) params += p.impl().data.size();
-  if (bitwise_) grads += bitwise_->held();
-  if (grads_) {
-    grads += grads_->held();
-  } else {
-    for (const Tensor& p : params_) grads += p.grad().size();
-  }
+  grads += reducer_->held();
   std::size_t optimizer = inner_->state_dict().bytes() / sizeof(double);
   // In stage 3 the master chunk is the rank's share of the parameters; below
   // it, a copy kept beside the full parameters for the optimizer.

@@ -143,7 +143,7 @@ TEST(DdpTest, RanksWithDifferentModelsFailOnEveryRank) {
 TEST(DdpTest, DdpOnOneRankAndZeroOnAnotherFailOnEveryRank) {
   dist::run_threads(2, [](Comm& comm) {
     auto net = std::make_shared<TinyNet>(1);
-    const char* const expected = "ranks disagree on the stage: rank 1 runs ZeRO stage 1, rank 0 DDP";
+    const char* const expected = "ranks disagree on the stage: rank 1 runs ZeRO-1, rank 0 DDP";
     if (comm.rank() == 0) {
       EXPECT_THROW_WITH(DDP(net, comm), std::invalid_argument, expected);
     } else {

@@ -240,7 +240,7 @@ TEST_P(ZeroOptimizerRanksTest, RanksThatDisagreeAreNamedOnEveryRank) {
                       "rank 2's 1 tensors of 6 values are shaped unlike rank 0's");
     // Another stage.
     EXPECT_THROW_WITH(ZeroOptimizer(adamw_with_decay(), {w}, comm, odd ? 3 : 1), std::invalid_argument,
-                      "ranks disagree on the stage: rank 2 runs ZeRO stage 3, rank 0 ZeRO stage 1");
+                      "ranks disagree on the stage: rank 2 runs ZeRO-3, rank 0 ZeRO-1");
     // One rank with no parameters.
     std::vector<Tensor> params;
     if (!odd) params.push_back(w);

@@ -1,12 +1,12 @@
 // DDP: data parallelism as docs/ZERO.md defines it. Every rank holds the whole
 // model and computes the gradient of its own slice of the batch; DDP makes
 // the replicas start equal (rank 0's parameters, broadcast at construction)
-// and averages the gradients (one flat bucket, all_reduce(Mean)), and
-// nothing else: the optimizer is the unchanged one-process optimizer. The
-// bucket is the gradients' home: every .grad is a view of its segment, so
-// backward adds straight into it and the all_reduce runs on it in place
-// (PyTorch's gradient_as_bucket_view).
-// Reference: Li et al., PyTorch Distributed (VLDB 2020); seed section 2.
+// and averages the gradients (all_reduce(Mean) in buckets), and nothing
+// else: the optimizer is the unchanged one-process optimizer. One flat
+// vector is the gradients' home: every .grad is a view of its segment, so
+// backward adds straight into it and each bucket's all_reduce runs on it in
+// place (PyTorch's gradient_as_bucket_view).
+// Reference: Li et al., PyTorch Distributed (VLDB 2020).
 //
 // The bucket is reduced in pieces during backward: buckets of
 // BucketOptions::bucket_bytes, in reverse parameter order, each
@@ -34,10 +34,8 @@
 
 namespace tinyllm::dist {
 
-class BitwiseGrads;
 class CommStream;
-class FlatGrads;
-class GradBuckets;
+class Reducer;
 
 class DDP : public nn::Module {
  public:
@@ -94,14 +92,10 @@ class DDP : public nn::Module {
   bool overlapping() const;
 
  private:
-  void reduce_bucket(const Bucket& bucket);
-
   std::shared_ptr<nn::Module> module_;
   Comm& comm_;
-  std::vector<Tensor> params_;  // module_'s, in parameters() order
-  std::unique_ptr<FlatGrads> grads_;
-  std::unique_ptr<GradBuckets> buckets_;
-  std::unique_ptr<BitwiseGrads> bitwise_;  // in bitwise mode only
+  std::vector<Tensor> params_;        // module_'s, in parameters() order
+  std::unique_ptr<Reducer> reducer_;  // the buckets, the flat gradients, bitwise mode's sums
   // Last, so it is destroyed first: no collective outlives the buffers it uses.
   std::unique_ptr<CommStream> stream_;
 };

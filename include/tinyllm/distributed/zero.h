@@ -2,9 +2,9 @@
 // Each rank updates only its chunk of the flat parameter vector, with the
 // unchanged optimizer (SGD, AdamW) over that chunk alone; since both are
 // elementwise, the chunked update equals one process's, entry by entry.
-// References: Rajbhandari et al., ZeRO (SC 2020); seed sections 2 to 4.
+// Reference: Rajbhandari et al., ZeRO (SC 2020).
 //
-// Glossary (paper → seed → here):
+// Glossary (paper → docs/ZERO.md → here):
 //   Ψ    → n → n_, the length of the flat vector: every parameter end to end,
 //                 in parameters() order
 //   N_d  → p → comm.size(); rank r → comm.rank()
@@ -64,18 +64,12 @@
 #include "tinyllm/distributed/chunk.h"
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/distributed/ddp.h"
+#include "tinyllm/distributed/memory_bytes.h"
 #include "tinyllm/distributed/threads_comm.h"
 #include "tinyllm/nn/module.h"
 #include "tinyllm/optim/optimizer.h"
 
 namespace tinyllm::dist {
-
-struct MemoryBytes {
-  std::size_t params = 0;
-  std::size_t grads = 0;
-  std::size_t optimizer = 0;
-  std::size_t total() const { return params + grads + optimizer; }
-};
 
 struct ZeroOptions {
   BucketOptions buckets;
@@ -86,11 +80,9 @@ struct ZeroOptions {
   int prefetch = 1;
 };
 
-class BitwiseGrads;
 class CommStream;
-class FlatGrads;
 class FlatParams;
-class GradBuckets;
+class Reducer;
 
 class ZeroOptimizer {
  public:
@@ -184,7 +176,7 @@ class ZeroOptimizer {
   void hook_units(const std::vector<std::shared_ptr<nn::Module>>& units);
   // Steps 1 and 2 of step(): the reductions backward has not done, once per step.
   void reduce_grads();
-  void reduce_bucket(const Bucket& bucket);
+  void reduce_scatter_bucket(const Bucket& bucket);
   void release_unit_of(const Bucket& bucket);
   void gather_group(std::size_t g);
   void all_gather_group(std::size_t g);
@@ -201,13 +193,11 @@ class ZeroOptimizer {
   std::vector<Group> groups_;             // in parameter order
   std::vector<std::size_t> unit_groups_;  // the groups that are units, in unit order
   int prefetch_ = 1;
-  std::unique_ptr<FlatGrads> grads_;  // stage 1: every .grad, a view of one flat vector
-  std::vector<Slot> slots_;           // stages 2, 3: two when overlapping, else one
+  std::vector<Slot> slots_;  // stages 2, 3: two when overlapping, else one
   std::size_t next_slot_ = 0;
-  std::vector<char> summed_;  // by a bucket's first parameter: its mean is in the chunk's grad
-  std::unique_ptr<GradBuckets> buckets_;
-  std::unique_ptr<BitwiseGrads> bitwise_;  // in bitwise mode only
-  Tensor master_chunk_;                    // w[a, b), the inner optimizer's one parameter
+  std::vector<char> summed_;          // by a bucket's first parameter: its mean is in the chunk's grad
+  std::unique_ptr<Reducer> reducer_;  // the buckets, stage 1's flat gradients, bitwise mode's sums
+  Tensor master_chunk_;               // w[a, b), the inner optimizer's one parameter
   std::unique_ptr<optim::Optimizer> inner_;
   std::vector<RemovableHandle> unit_hooks_;
   MemoryBytes peak_;

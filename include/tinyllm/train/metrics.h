@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tinyllm/distributed/zero.h"
+#include "tinyllm/distributed/memory_bytes.h"
 #include "tinyllm/nn/gpt.h"
 
 namespace tinyllm::train {

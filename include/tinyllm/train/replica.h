@@ -1,5 +1,5 @@
 // Replica: one rank's GPT and its AdamW in a data-parallel mode, the step
-// the trainer, the capstone check and the checkpoints share. Mode by
+// the trainer, verify (P ranks against one process) and the checkpoints share. Mode by
 // (comm, zero): zero 0 on a one-rank comm (dist::SelfComm) is one process
 // alone, the plain AdamW loop every mode must equal; zero 0 on more ranks is
 // DDP with that AdamW; zero 1, 2, 3 are ZeRO's stages (dist::ZeroOptimizer

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tinyllm/distributed/comm.h"
-#include "tinyllm/distributed/zero.h"
+#include "tinyllm/distributed/memory_bytes.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
 #include "tinyllm/optim/lr_schedule.h"
@@ -151,7 +151,7 @@ struct TrainSummary {
 
 // What the loop calls. on_* run on rank 0 only (for printing);
 // after_step runs on every rank after each step and may make collective
-// calls on comm (the capstone check compares there).
+// calls on comm (verify compares there).
 // What an observer holds beside the ranks, on rank 0's side.
 struct MemoryBeside {
   std::size_t bytes = 0;

@@ -1,4 +1,4 @@
-// verify: the capstone check as a command. Trains the options on
+// verify: P ranks against one process, as a command. Trains the options on
 // their ranks and, in lockstep on rank 0, the same run on one process
 // alone (a Replica on a one-rank dist::SelfComm: the plain AdamW loop on
 // the whole global batch), and compares after every step: the loss, every parameter, AdamW's
