@@ -7,6 +7,7 @@
 #include "tinyllm/distributed/ddp.h"
 #include "tinyllm/distributed/errors.h"
 #include "tinyllm/distributed/exact_sum.h"
+#include "tinyllm/distributed/flat_layout.h"
 #include "tinyllm/distributed/memory_bytes.h"
 #if TINYLLM_WITH_MPI  // defined by the tinyllm target when it was built with MPI
 #include "tinyllm/distributed/mpi_comm.h"

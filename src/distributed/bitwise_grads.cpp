@@ -12,25 +12,20 @@ namespace tinyllm::dist {
 
 BitwiseGrads::BitwiseGrads(std::vector<Tensor> params, std::size_t chunk, bool drop_grads)
     : params_(std::move(params)),
+      layout_(params_),
       drop_grads_(drop_grads),
-      sum_(flat_length(params_)),
-      chunk_limbs_(ExactSum::kLimbs * chunk) {
-  std::size_t offset = 0;
-  for (const Tensor& p : params_) {
-    offsets_.push_back(offset);
-    offset += p.numel();
-  }
-}
+      sum_(layout_.numel()),
+      chunk_limbs_(ExactSum::kLimbs * chunk) {}
 
 void BitwiseGrads::add(std::size_t first, std::size_t last) {
   for (std::size_t i = first; i < last; ++i) {
     const std::span<double> grad = params_[i].grad();
     if (grad.empty()) continue;
     if (drop_grads_) {
-      sum_.add_part(offsets_[i], grad);
+      sum_.add_part(layout_.begin(i), grad);
       params_[i].zero_grad();
     } else {
-      sum_.take_part(offsets_[i], grad);
+      sum_.take_part(layout_.begin(i), grad);
     }
   }
 }

@@ -15,6 +15,7 @@
 #include "grad_buckets.h"
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/distributed/exact_sum.h"
+#include "tinyllm/distributed/flat_layout.h"
 #include "tinyllm/tensor/tensor.h"
 
 namespace tinyllm::dist {
@@ -58,7 +59,7 @@ class BitwiseGrads {
   double leaves(Comm& comm, const char* who);
 
   std::vector<Tensor> params_;
-  std::vector<std::size_t> offsets_;  // by parameter, in the flat vector
+  FlatLayout layout_;
   bool drop_grads_;
   ExactSum sum_;
   std::vector<double> chunk_limbs_;  // 3 × the chunk, limb-major

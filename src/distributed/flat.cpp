@@ -20,17 +20,6 @@
 namespace tinyllm::dist {
 namespace {
 
-// Calls fn(param, offset) for each parameter, with offset its first index
-// in the flat vector.
-template <class Fn>
-void for_each_segment(const std::vector<Tensor>& params, Fn fn) {
-  std::size_t offset = 0;
-  for (const Tensor& p : params) {
-    fn(p, offset);
-    offset += p.numel();
-  }
-}
-
 // Every shape, rank by dimension, hashed: equal lists hash equal.
 std::uint64_t shapes_hash(const std::vector<Tensor>& params) {
   std::uint64_t h = detail::kFnv1aBasis;
@@ -111,19 +100,22 @@ std::size_t flat_length(const std::vector<Tensor>& params) {
 }
 
 void flatten_data(const std::vector<Tensor>& params, std::span<double> flat) {
-  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
-    std::copy(p.data().begin(), p.data().end(), flat.begin() + static_cast<std::ptrdiff_t>(offset));
-  });
+  const FlatLayout layout(params);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::span<double> segment = flat.subspan(layout.begin(i), layout.numel(i));
+    std::copy(params[i].data().begin(), params[i].data().end(), segment.begin());
+  }
 }
 
 void unflatten_data(std::span<const double> flat, const std::vector<Tensor>& params) {
-  for_each_segment(params, [flat](const Tensor& p, std::size_t offset) {
-    const std::span<const double> segment = flat.subspan(offset, p.numel());
-    std::copy(segment.begin(), segment.end(), p.data().begin());
-  });
+  const FlatLayout layout(params);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::span<const double> segment = flat.subspan(layout.begin(i), layout.numel(i));
+    std::copy(segment.begin(), segment.end(), params[i].data().begin());
+  }
 }
 
-FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)) { allocate(); }
+FlatGrads::FlatGrads(std::vector<Tensor> params) : params_(std::move(params)), layout_(params_) { allocate(); }
 
 FlatGrads::~FlatGrads() {
   for (const Tensor& p : params_) {
@@ -135,23 +127,18 @@ FlatGrads::~FlatGrads() {
 std::span<double> FlatGrads::adopt(std::size_t first, std::size_t last) {
   allocate();
   last = std::min(last, params_.size());
-  std::size_t begin = 0, end = 0;
-  for_each_segment(params_, [&](const Tensor& p, std::size_t offset) {
-    const std::size_t index = static_cast<std::size_t>(&p - params_.data());
-    if (index == first) begin = offset;
-    if (index < first || index >= last) return;
-    const std::span<double> segment = flat_.span().subspan(offset, p.numel());
-    end = offset + p.numel();
-    Storage& grad = p.impl().grad;
-    if (grad.data() == segment.data()) return;
+  for (std::size_t i = first; i < last; ++i) {
+    const std::span<double> segment = flat_.span().subspan(layout_.begin(i), layout_.numel(i));
+    Storage& grad = params_[i].impl().grad;
+    if (grad.data() == segment.data()) continue;
     if (grad.empty()) {
       std::fill(segment.begin(), segment.end(), 0.0);
     } else {
       std::copy(grad.span().begin(), grad.span().end(), segment.begin());
     }
-    grad = flat_.view(offset, p.numel());
-  });
-  return flat_.span().subspan(begin, end - begin);
+    grad = flat_.view(layout_.begin(i), layout_.numel(i));
+  }
+  return flat_.span().subspan(layout_.begin(first), layout_.begin(last) - layout_.begin(first));
 }
 
 void FlatGrads::release() {
@@ -165,9 +152,10 @@ void FlatGrads::release() {
 
 void FlatGrads::allocate() {
   if (!flat_.empty()) return;
-  flat_ = Storage(flat_length(params_));
-  for_each_segment(params_,
-                   [this](const Tensor& p, std::size_t offset) { p.impl().grad_home = flat_.view(offset, p.numel()); });
+  flat_ = Storage(layout_.numel());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].impl().grad_home = flat_.view(layout_.begin(i), layout_.numel(i));
+  }
 }
 
 std::size_t FlatGrads::held() const {
@@ -178,9 +166,9 @@ std::size_t FlatGrads::held() const {
   return n;
 }
 
-FlatParams::FlatParams(std::vector<Tensor> params) : params_(std::move(params)) {
+FlatParams::FlatParams(std::vector<Tensor> params) : params_(std::move(params)), layout_(params_) {
   if (std::any_of(params_.begin(), params_.end(), [](const Tensor& p) { return is_deferred(p); })) return;
-  flat_ = Storage(flat_length(params_));
+  flat_ = Storage(layout_.numel());
   flatten_data(params_, flat_.span());
   view_values();
 }
@@ -193,22 +181,21 @@ void FlatParams::release() {
 }
 
 void FlatParams::allocate() {
-  flat_ = Storage(flat_length(params_));
+  flat_ = Storage(layout_.numel());
   view_values();
 }
 
 void FlatParams::view_values() {
-  for_each_segment(params_,
-                   [this](const Tensor& p, std::size_t offset) { p.impl().data = flat_.view(offset, p.numel()); });
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].impl().data = flat_.view(layout_.begin(i), layout_.numel(i));
+  }
 }
 
 void init_chunk(const std::vector<Tensor>& params, std::size_t a, std::span<double> chunk) {
-  const std::size_t b = a + chunk.size();
-  for_each_segment(params, [&](const Tensor& p, std::size_t offset) {
-    const std::size_t first = std::max(a, offset), last = std::min(b, offset + p.numel());
-    if (first < last) initial_values(p, first - offset, chunk.subspan(first - a, last - first));
-    p.impl().deferred_init = nullptr;
-  });
+  for (const Overlap& o : FlatLayout(params).overlaps(a, a + chunk.size())) {
+    initial_values(params[o.index], o.first - o.begin, chunk.subspan(o.first - a, o.last - o.first));
+  }
+  for (const Tensor& p : params) p.impl().deferred_init = nullptr;
 }
 
 void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char* who) {
@@ -230,18 +217,17 @@ void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char*
   }
 }
 
-void take_grads(const std::vector<Tensor>& params, std::size_t first, std::size_t last, std::span<double> flat) {
-  std::size_t offset = 0;
+void take_grads(const std::vector<Tensor>& params, const FlatLayout& layout, std::size_t first, std::size_t last,
+                std::span<double> flat) {
   for (std::size_t i = first; i < last; ++i) {
     const std::span<const double> grad = params[i].grad();
-    const std::span<double> segment = flat.subspan(offset, params[i].numel());
+    const std::span<double> segment = flat.subspan(layout.begin(i) - layout.begin(first), layout.numel(i));
     if (grad.empty()) {
       std::fill(segment.begin(), segment.end(), 0.0);
     } else {
       std::copy(grad.begin(), grad.end(), segment.begin());
     }
     params[i].zero_grad();
-    offset += params[i].numel();
   }
 }
 

@@ -2,8 +2,8 @@
 // w ∈ R^n: every parameter laid end to end in parameters() order), and the
 // checks that every rank holds the same list before any large collective.
 // Every copy between the tensors and a flat vector, and every view of one,
-// walks the same offsets, so flattening and unflattening cannot disagree on
-// the order (pitfall 9 in docs/ZERO.md).
+// takes its offsets from one FlatLayout (flat_layout.h), so flattening and
+// unflattening cannot disagree on the order (pitfall 9 in docs/ZERO.md).
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tinyllm/distributed/comm.h"
+#include "tinyllm/distributed/flat_layout.h"
 #include "tinyllm/optim/optimizer.h"
 #include "tinyllm/tensor/storage.h"
 #include "tinyllm/tensor/tensor.h"
@@ -50,6 +51,7 @@ class FlatGrads {
 
  private:
   std::vector<Tensor> params_;
+  FlatLayout layout_;
   Storage flat_;
 };
 
@@ -77,6 +79,7 @@ class FlatParams {
   void view_values();
 
   std::vector<Tensor> params_;
+  FlatLayout layout_;
   Storage flat_;
 };
 
@@ -119,7 +122,8 @@ void check_same_start(Comm& comm, const std::vector<Tensor>& params, const char*
 void init_chunk(const std::vector<Tensor>& params, std::size_t a, std::span<double> chunk);
 
 // Copies the grads of params [first, last) end to end into flat (zeros
-// where a parameter has none) and drops them.
-void take_grads(const std::vector<Tensor>& params, std::size_t first, std::size_t last, std::span<double> flat);
+// where a parameter has none) and drops them; `layout` is the params'.
+void take_grads(const std::vector<Tensor>& params, const FlatLayout& layout, std::size_t first, std::size_t last,
+                std::span<double> flat);
 
 }  // namespace tinyllm::dist

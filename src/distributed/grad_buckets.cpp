@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tinyllm/distributed/flat_layout.h"
 #include "tinyllm/tensor/autograd.h"
 
 namespace tinyllm::dist {
@@ -17,8 +18,7 @@ std::vector<Bucket> make_buckets(std::span<const std::size_t> numels, const Buck
         fmt::format("{}: bucket sizes must be positive (got bucket_bytes {}, first_bucket_bytes {})", who,
                     options.bucket_bytes, options.first_bucket_bytes));
   }
-  std::vector<std::size_t> offsets(numels.size() + 1, 0);
-  for (std::size_t i = 0; i < numels.size(); ++i) offsets[i + 1] = offsets[i] + numels[i];
+  const FlatLayout layout(numels);
   // whole_from[l] is the first parameter of the whole run ending at l, if any.
   std::vector<std::size_t> whole_from(numels.size() + 1, numels.size() + 1);
   std::vector<char> in_whole(numels.size(), 0);
@@ -34,9 +34,9 @@ std::vector<Bucket> make_buckets(std::span<const std::size_t> numels, const Buck
       first = whole_from[last];
     } else {
       const std::size_t cap = (buckets.empty() ? options.first_bucket_bytes : options.bucket_bytes) / sizeof(double);
-      while (first > 0 && !in_whole[first - 1] && offsets[last] - offsets[first - 1] <= cap) --first;
+      while (first > 0 && !in_whole[first - 1] && layout.begin(last) - layout.begin(first - 1) <= cap) --first;
     }
-    buckets.push_back({.first = first, .last = last, .begin = offsets[first], .end = offsets[last]});
+    buckets.push_back({.first = first, .last = last, .begin = layout.begin(first), .end = layout.begin(last)});
     last = first;
   }
   return buckets;

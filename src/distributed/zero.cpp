@@ -87,8 +87,8 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   // and stages 1 and 2 all-gather the chunks straight into the flat vectors,
   // so that no rank holds the parameters twice while it builds.
   const bool sharded_start = deferred(params_);
-  n_ = flat_length(params_);
-  std::tie(a_, b_) = chunk_bounds(n_, comm_.size(), comm_.rank());
+  layout_ = FlatLayout(params_);
+  std::tie(a_, b_) = chunk_bounds(layout_.numel(), comm_.size(), comm_.rank());
   const std::vector<std::pair<std::size_t, std::size_t>> units = unit_runs(params_, options.units);
   stream_ = std::make_unique<CommStream>(comm_, options.buckets.overlap);
   Reducer::Options reduction{.who = "ZeroOptimizer", .whole = units, .chunk = b_ - a_};
@@ -143,15 +143,13 @@ bool ZeroOptimizer::overlapping() const { return stream_->overlapping(); }
 // One group per unit and per run of parameters between them (without
 // units, one group of every parameter).
 void ZeroOptimizer::make_groups(const std::vector<std::pair<std::size_t, std::size_t>>& units) {
-  std::vector<std::size_t> offsets(params_.size() + 1, 0);
-  for (std::size_t i = 0; i < params_.size(); ++i) offsets[i + 1] = offsets[i] + params_[i].numel();
   const auto add = [&](std::size_t first, std::size_t last) {
     if (first == last) return;
     std::vector<Tensor> own(params_.begin() + first, params_.begin() + last);
     groups_.push_back({.first = first,
                        .last = last,
-                       .begin = offsets[first],
-                       .end = offsets[last],
+                       .begin = layout_.begin(first),
+                       .end = layout_.begin(last),
                        .values = std::make_unique<FlatParams>(std::move(own))});
   };
   std::size_t next = 0;
@@ -229,7 +227,7 @@ void ZeroOptimizer::reduce_grads() {
 // until done (the slot, and this bucket's part of the chunk's gradient,
 // which no other bucket shares).
 void ZeroOptimizer::reduce_scatter_bucket(const Bucket& bucket) {
-  const Window w{.n = n_, .begin = bucket.begin, .length = bucket.end - bucket.begin};
+  const Window w{.n = layout_.numel(), .begin = bucket.begin, .length = bucket.end - bucket.begin};
   const auto [first, last] = window_part(w, comm_.size(), comm_.rank());
   // The first reduction of a step writes straight into the chunk's
   // gradient; a later micro-batch's goes through the slot's part and is added.
@@ -241,7 +239,7 @@ void ZeroOptimizer::reduce_scatter_bucket(const Bucket& bucket) {
   const std::span<double> chunk_grad = master_chunk_.mutable_grad();
   note_peak();
   const std::span<double> grads = slot.staging.span().first(w.length);
-  take_grads(params_, bucket.first, bucket.last, grads);
+  take_grads(params_, layout_, bucket.first, bucket.last, grads);
   const std::span<double> out = chunk_grad.subspan(first - a_, last - first);
   const std::span<double> part = accumulate ? slot.part.span().first(last - first) : out;
   slot.busy = stream_->enqueue([this, grads, out, part, w, accumulate] {
@@ -273,7 +271,7 @@ void ZeroOptimizer::gather_group(std::size_t g) {
 // Straight into the parameters, which are views of the group's flat vector.
 void ZeroOptimizer::all_gather_group(std::size_t g) {
   const Group& group = groups_[g];
-  const Window w{.n = n_, .begin = group.begin, .length = group.end - group.begin};
+  const Window w{.n = layout_.numel(), .begin = group.begin, .length = group.end - group.begin};
   const auto [first, last] = window_part(w, comm_.size(), comm_.rank());
   const std::span<const double> mine =
       first < last ? master_chunk_.data().subspan(first - a_, last - first) : std::span<const double>();

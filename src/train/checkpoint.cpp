@@ -12,6 +12,7 @@
 #include "../distributed/payload.h"
 #include "difference.h"
 #include "safetensors_format.h"
+#include "tinyllm/distributed/flat_layout.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/replica.h"
 
@@ -279,16 +280,17 @@ void load_model(const SafetensorsFile& file, const nn::GPT& model) {
                       i, has, wants));
     }
   }
-  std::size_t offset = 0;
-  for (const Tensor& p : model.parameters()) {
-    if (is_deferred(p)) {
+  const std::vector<Tensor> params = model.parameters();
+  const dist::FlatLayout layout(params);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::size_t offset = layout.begin(i);
+    if (is_deferred(params[i])) {
       // Stage 3 then reads its own chunk's ranges, never the whole model.
-      set_deferred_init(p,
+      set_deferred_init(params[i],
                         [&file, offset](std::size_t begin, std::span<double> out) { file.read(offset + begin, out); });
     } else {
-      file.read(offset, p.data());
+      file.read(offset, params[i].data());
     }
-    offset += p.numel();
   }
 }
 

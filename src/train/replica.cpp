@@ -32,20 +32,17 @@ bool decays(const Tensor& p) { return p.dim() >= 2; }
 
 // The elements of [a, b) of the flat vector that weight decay skips, as
 // ranges from a.
-std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(const std::vector<Tensor>& params, std::size_t a,
+std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(const std::vector<Tensor>& params,
+                                                                 const dist::FlatLayout& layout, std::size_t a,
                                                                  std::size_t b) {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  std::size_t begin = 0;
-  for (const Tensor& p : params) {
-    const std::size_t end = begin + p.numel(), first = std::max(begin, a), last = std::min(end, b);
-    if (!decays(p) && first < last) {
-      if (!ranges.empty() && ranges.back().second == first - a) {
-        ranges.back().second = last - a;  // biases and gains side by side make one run
-      } else {
-        ranges.emplace_back(first - a, last - a);
-      }
+  for (const dist::Overlap& o : layout.overlaps(a, b)) {
+    if (decays(params[o.index])) continue;
+    if (!ranges.empty() && ranges.back().second == o.first - a) {
+      ranges.back().second = o.last - a;  // biases and gains side by side make one run
+    } else {
+      ranges.emplace_back(o.first - a, o.last - a);
     }
-    begin = end;
   }
   return ranges;
 }
@@ -53,7 +50,7 @@ std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(const std::vect
 // Per parameter, for one process and DDP: each tensor's own ranges.
 optim::NoDecay no_decay_per_tensor(const std::vector<Tensor>& params) {
   optim::NoDecay none;
-  for (const Tensor& p : params) none.push_back(no_decay_ranges({p}, 0, p.numel()));
+  for (const Tensor& p : params) none.push_back(no_decay_ranges({p}, dist::FlatLayout({p}), 0, p.numel()));
   return none;
 }
 
@@ -63,8 +60,8 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
                  bool overlap, bool decay_all, bool bitwise)
     : model_(std::move(model)), params_(model_->parameters()), comm_(comm), zero_(zero), bitwise_(bitwise) {
   if (zero_ < 0 || zero_ > 3) throw std::invalid_argument(fmt::format("--zero must be 0, 1, 2 or 3 (got {})", zero_));
-  n_ = model_->num_parameters();
-  std::tie(a_, b_) = dist::chunk_bounds(n_, comm_.size(), comm_.rank());
+  layout_ = dist::FlatLayout(params_);
+  std::tie(a_, b_) = dist::chunk_bounds(layout_.numel(), comm_.size(), comm_.rank());
   dist::BucketOptions buckets;
   buckets.overlap = overlap;
   buckets.bitwise = bitwise;
@@ -83,7 +80,8 @@ Replica::Replica(std::shared_ptr<nn::GPT> model, const optim::AdamWOptions& adam
       for (const auto& [name, block] : model_->h->named_children()) options.units.push_back(block);
     }
     // The one flat chunk parameter [a, b) crosses tensors of both kinds.
-    const optim::NoDecay chunk = decay_all ? optim::NoDecay{} : optim::NoDecay{no_decay_ranges(params_, a_, b_)};
+    const optim::NoDecay chunk =
+        decay_all ? optim::NoDecay{} : optim::NoDecay{no_decay_ranges(params_, layout_, a_, b_)};
     zero_optimizer_ =
         std::make_unique<dist::ZeroOptimizer>(optim::AdamW::factory(adamw, chunk), params_, comm_, zero_, options);
   }
@@ -194,7 +192,7 @@ dist::MemoryBytes Replica::memory_bytes() const {
   } else {
     for (const Tensor& p : params_) grads += p.grad().size() * sizeof(double);
   }
-  return {.params = n_ * sizeof(double), .grads = grads, .optimizer = adamw_->state_dict().bytes()};
+  return {.params = layout_.numel() * sizeof(double), .grads = grads, .optimizer = adamw_->state_dict().bytes()};
 }
 
 dist::MemoryBytes Replica::peak_memory_bytes() const {
@@ -234,7 +232,7 @@ std::span<const double> Replica::zeros(std::size_t count) const {
 }
 
 std::vector<double> Replica::full(Region region) {
-  std::vector<double> out(n_);
+  std::vector<double> out(layout_.numel());
   if (zero_optimizer_) {  // every region is the ranks' chunks, the parameters too
     const std::span<const double> chunk = segments(region)[0];
     comm_.all_gather(chunk.empty() ? zeros(b_ - a_) : chunk, out);
@@ -242,12 +240,10 @@ std::vector<double> Replica::full(Region region) {
   }
   const std::vector<std::span<const double>> segs =
       region == Region::Params ? std::vector<std::span<const double>>() : segments(region);
-  std::size_t offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     // Before AdamW's first step its state is empty: zeros, as out starts.
     const std::span<const double> values = region == Region::Params ? params_[i].data() : segs[i];
-    std::copy(values.begin(), values.end(), out.begin() + static_cast<std::ptrdiff_t>(offset));
-    offset += params_[i].numel();
+    std::copy(values.begin(), values.end(), out.begin() + static_cast<std::ptrdiff_t>(layout_.begin(i)));
   }
   return out;
 }
@@ -255,7 +251,7 @@ std::vector<double> Replica::full(Region region) {
 std::vector<Piece> Replica::pieces() const {
   std::vector<Piece> out;
   for (int g = 0; g < kNumRegions; ++g) {
-    const std::size_t base = static_cast<std::size_t>(g) * n_;
+    const std::size_t base = static_cast<std::size_t>(g) * layout_.numel();
     const std::vector<std::span<const double>> segs = segments(static_cast<Region>(g));
     if (zero_optimizer_) {
       out.push_back({base + a_, segs[0].empty() ? zeros(b_ - a_) : segs[0]});
@@ -263,15 +259,9 @@ std::vector<Piece> Replica::pieces() const {
     }
     // One process and DDP hold every parameter: write the part of each
     // that falls in this rank's chunk, so the ranks share the writing.
-    std::size_t offset = 0;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const std::size_t numel = params_[i].numel();
-      const std::size_t first = std::max(offset, a_), last = std::min(offset + numel, b_);
-      if (first < last) {
-        const std::span<const double> values = segs[i].empty() ? zeros(numel) : segs[i];
-        out.push_back({base + first, values.subspan(first - offset, last - first)});
-      }
-      offset += numel;
+    for (const dist::Overlap& o : layout_.overlaps(a_, b_)) {
+      const std::span<const double> values = segs[o.index].empty() ? zeros(layout_.numel(o.index)) : segs[o.index];
+      out.push_back({base + o.first, values.subspan(o.first - o.begin, o.last - o.first)});
     }
   }
   return out;
@@ -282,7 +272,7 @@ void Replica::load_optimizer_state(const SafetensorsFile& file, double adam_step
   optim::StateDict state;
   const auto read = [&](Region region, std::size_t first, std::vector<std::size_t> shape) {
     Tensor t = Tensor::empty(std::move(shape));
-    file.read(static_cast<std::size_t>(region) * n_ + first, t.data());
+    file.read(static_cast<std::size_t>(region) * layout_.numel() + first, t.data());
     return t;
   };
   if (zero_optimizer_) {
@@ -292,12 +282,11 @@ void Replica::load_optimizer_state(const SafetensorsFile& file, double adam_step
     zero_optimizer_->inner().load_state_dict(state);
     return;
   }
-  std::size_t offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    state.tensors.emplace_back(fmt::format("{}.exp_avg", i), read(Region::ExpAvg, offset, params_[i].shape()));
-    state.tensors.emplace_back(fmt::format("{}.exp_avg_sq", i), read(Region::ExpAvgSq, offset, params_[i].shape()));
+    const std::size_t begin = layout_.begin(i);
+    state.tensors.emplace_back(fmt::format("{}.exp_avg", i), read(Region::ExpAvg, begin, params_[i].shape()));
+    state.tensors.emplace_back(fmt::format("{}.exp_avg_sq", i), read(Region::ExpAvgSq, begin, params_[i].shape()));
     state.scalars.emplace_back(fmt::format("{}.step", i), adam_step);
-    offset += params_[i].numel();
   }
   adamw_->load_state_dict(state);
 }

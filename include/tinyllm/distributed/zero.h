@@ -5,7 +5,7 @@
 // Reference: Rajbhandari et al., ZeRO (SC 2020).
 //
 // Glossary (paper → docs/ZERO.md → here):
-//   Ψ    → n → n_, the length of the flat vector: every parameter end to end,
+//   Ψ    → n → layout_.numel(), the length of the flat vector: every parameter end to end,
 //                 in parameters() order
 //   N_d  → p → comm.size(); rank r → comm.rank()
 //   c_r = [a_r, b_r) → chunk_bounds(n, p, r) → [a_, b_), this rank's chunk
@@ -64,6 +64,7 @@
 #include "tinyllm/distributed/chunk.h"
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/distributed/ddp.h"
+#include "tinyllm/distributed/flat_layout.h"
 #include "tinyllm/distributed/memory_bytes.h"
 #include "tinyllm/distributed/threads_comm.h"
 #include "tinyllm/nn/module.h"
@@ -188,7 +189,7 @@ class ZeroOptimizer {
   std::vector<Tensor> params_;
   Comm& comm_;
   int stage_;
-  std::size_t n_ = 0;
+  FlatLayout layout_;  // of params_ (the frozen left out)
   std::size_t a_ = 0, b_ = 0;
   std::vector<Group> groups_;             // in parameter order
   std::vector<std::size_t> unit_groups_;  // the groups that are units, in unit order

@@ -19,6 +19,7 @@
 #include "tinyllm/distributed/comm.h"
 #include "tinyllm/distributed/ddp.h"
 #include "tinyllm/distributed/exact_sum.h"
+#include "tinyllm/distributed/flat_layout.h"
 #include "tinyllm/distributed/zero.h"
 #include "tinyllm/nn/gpt.h"
 #include "tinyllm/optim/adamw.h"
@@ -91,7 +92,7 @@ class Replica {
   void load_optimizer_state(const SafetensorsFile& file, double adam_step);
 
   nn::GPT& model() const { return *model_; }
-  std::size_t num_parameters() const { return n_; }
+  std::size_t num_parameters() const { return layout_.numel(); }
   int zero() const { return zero_; }
   bool bitwise() const { return bitwise_; }
   // Whether the collectives run on a communication thread beside backward:
@@ -115,7 +116,8 @@ class Replica {
   dist::Comm& comm_;
   int zero_;
   bool bitwise_;
-  std::size_t n_ = 0, a_ = 0, b_ = 0;
+  dist::FlatLayout layout_;  // of params_: the checkpoint regions' order
+  std::size_t a_ = 0, b_ = 0;
   std::unique_ptr<dist::DDP> ddp_;
   std::unique_ptr<optim::AdamW> adamw_;  // one process and DDP
   std::unique_ptr<dist::ZeroOptimizer> zero_optimizer_;
