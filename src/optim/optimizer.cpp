@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 namespace tinyllm::optim {
 
@@ -68,66 +69,73 @@ std::optional<std::size_t> find_field(std::span<const std::string_view> fields, 
   return std::nullopt;
 }
 
+// One std::invalid_argument naming every problem a state dict has, if any.
+void throw_if_any(std::string_view who, const std::vector<std::string>& missing,
+                  const std::vector<std::string>& unexpected, const std::vector<std::string>& duplicate,
+                  std::vector<std::string> wrong_shape, std::span<const std::string_view> tensor_fields,
+                  std::span<const std::string_view> scalar_fields, std::size_t params) {
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back(fmt::format("missing {}", fmt::join(missing, ", ")));
+  if (!unexpected.empty()) {
+    std::vector<std::string_view> fields(tensor_fields.begin(), tensor_fields.end());
+    fields.insert(fields.end(), scalar_fields.begin(), scalar_fields.end());
+    problems.push_back(fmt::format("unexpected {} (names are <i>.{{{}}} for i < {})", fmt::join(unexpected, ", "),
+                                   fmt::join(fields, ", "), params));
+  }
+  if (!duplicate.empty()) problems.push_back(fmt::format("duplicate {}", fmt::join(duplicate, ", ")));
+  for (std::string& p : wrong_shape) problems.push_back(std::move(p));
+  if (!problems.empty()) {
+    throw std::invalid_argument(fmt::format("{}::load_state_dict: {}", who, fmt::join(problems, "; ")));
+  }
+}
+
 }  // namespace
 
 std::vector<std::optional<Optimizer::ParamEntries>> Optimizer::parse_state_dict(
     const StateDict& state, std::string_view who, std::span<const std::string_view> tensor_fields,
     std::span<const std::string_view> scalar_fields) const {
-  // Slots per parameter, filled from the dict; a parameter has state when any
-  // of its slots is, and then needs all of them.
+  // Slots per parameter, pointing into the dict; a parameter has state when
+  // any of its slots is filled, and then needs all of them.
   struct Slots {
     std::vector<const Tensor*> tensors;
-    std::vector<std::optional<double>> scalars;
+    std::vector<const double*> scalars;
     bool any = false;
   };
   std::vector<Slots> slots(params_.size());
   for (Slots& s : slots) {
     s.tensors.assign(tensor_fields.size(), nullptr);
-    s.scalars.assign(scalar_fields.size(), std::nullopt);
+    s.scalars.assign(scalar_fields.size(), nullptr);
   }
 
   std::vector<std::string> unexpected, duplicate, wrong_shape;
-  auto locate = [&](const std::string& name,
-                    std::span<const std::string_view> fields) -> std::optional<std::pair<std::size_t, std::size_t>> {
-    const auto parts = split_name(name);
-    if (!parts || parts->first >= params_.size()) return std::nullopt;
-    const auto field = find_field(fields, parts->second);
-    if (!field) return std::nullopt;
-    return std::pair{parts->first, *field};
+  // Each named entry of one kind into its parameter's slot of that kind.
+  const auto place = [&](const auto& named, std::span<const std::string_view> fields, auto slots_of) {
+    for (const auto& [name, value] : named) {
+      const auto parts = split_name(name);
+      const auto field = parts && parts->first < params_.size() ? find_field(fields, parts->second) : std::nullopt;
+      if (!field) {
+        unexpected.push_back(name);
+        continue;
+      }
+      const std::size_t i = parts->first;
+      auto& slot = slots_of(slots[i])[*field];
+      if (slot != nullptr) {
+        duplicate.push_back(name);
+        continue;
+      }
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, Tensor>) {
+        if (!value.defined() || value.shape() != params_[i].shape()) {
+          wrong_shape.push_back(fmt::format("{} has shape {} but parameter {} has shape {}", name,
+                                            value.defined() ? to_string(value.shape()) : "undefined", i,
+                                            to_string(params_[i].shape())));
+        }
+      }
+      slot = &value;
+      slots[i].any = true;
+    }
   };
-  for (const auto& [name, tensor] : state.tensors) {
-    const auto at = locate(name, tensor_fields);
-    if (!at) {
-      unexpected.push_back(name);
-      continue;
-    }
-    const auto [i, f] = *at;
-    if (slots[i].tensors[f] != nullptr) {
-      duplicate.push_back(name);
-      continue;
-    }
-    if (!tensor.defined() || tensor.shape() != params_[i].shape()) {
-      wrong_shape.push_back(fmt::format("{} has shape {} but parameter {} has shape {}", name,
-                                        tensor.defined() ? to_string(tensor.shape()) : "undefined", i,
-                                        to_string(params_[i].shape())));
-    }
-    slots[i].tensors[f] = &tensor;
-    slots[i].any = true;
-  }
-  for (const auto& [name, value] : state.scalars) {
-    const auto at = locate(name, scalar_fields);
-    if (!at) {
-      unexpected.push_back(name);
-      continue;
-    }
-    const auto [i, f] = *at;
-    if (slots[i].scalars[f]) {
-      duplicate.push_back(name);
-      continue;
-    }
-    slots[i].scalars[f] = value;
-    slots[i].any = true;
-  }
+  place(state.tensors, tensor_fields, [](Slots& s) -> auto& { return s.tensors; });
+  place(state.scalars, scalar_fields, [](Slots& s) -> auto& { return s.scalars; });
 
   std::vector<std::string> missing;
   for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -135,29 +143,17 @@ std::vector<std::optional<Optimizer::ParamEntries>> Optimizer::parse_state_dict(
     for (std::size_t f = 0; f < tensor_fields.size(); ++f)
       if (slots[i].tensors[f] == nullptr) missing.push_back(fmt::format("{}.{}", i, tensor_fields[f]));
     for (std::size_t f = 0; f < scalar_fields.size(); ++f)
-      if (!slots[i].scalars[f]) missing.push_back(fmt::format("{}.{}", i, scalar_fields[f]));
+      if (slots[i].scalars[f] == nullptr) missing.push_back(fmt::format("{}.{}", i, scalar_fields[f]));
   }
-
-  std::vector<std::string> problems;
-  if (!missing.empty()) problems.push_back(fmt::format("missing {}", fmt::join(missing, ", ")));
-  if (!unexpected.empty()) {
-    std::vector<std::string_view> fields(tensor_fields.begin(), tensor_fields.end());
-    fields.insert(fields.end(), scalar_fields.begin(), scalar_fields.end());
-    problems.push_back(fmt::format("unexpected {} (names are <i>.{{{}}} for i < {})", fmt::join(unexpected, ", "),
-                                   fmt::join(fields, ", "), params_.size()));
-  }
-  if (!duplicate.empty()) problems.push_back(fmt::format("duplicate {}", fmt::join(duplicate, ", ")));
-  for (std::string& p : wrong_shape) problems.push_back(std::move(p));
-  if (!problems.empty()) {
-    throw std::invalid_argument(fmt::format("{}::load_state_dict: {}", who, fmt::join(problems, "; ")));
-  }
+  throw_if_any(who, missing, unexpected, duplicate, std::move(wrong_shape), tensor_fields, scalar_fields,
+               params_.size());
 
   std::vector<std::optional<ParamEntries>> entries(params_.size());
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (!slots[i].any) continue;
     ParamEntries& e = entries[i].emplace();
     e.tensors = slots[i].tensors;
-    for (const auto& s : slots[i].scalars) e.scalars.push_back(*s);
+    for (const double* value : slots[i].scalars) e.scalars.push_back(*value);
   }
   return entries;
 }

@@ -91,7 +91,10 @@ Tensor embedding(const Tensor& weight, std::span<const int> ids, const Shape& id
 // layer_norm: per row of C, x̂ = (x − mean) · rstd with rstd = 1/√(var + eps)
 // (biased var), out = x̂ ⊙ weight + bias.
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+namespace {
+
+// C, the width layer_norm normalises over, once the arguments are checked.
+std::size_t layer_norm_width(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (!x.defined() || !weight.defined() || !bias.defined()) {
     throw std::invalid_argument(fmt::format(
         "layer_norm: x, weight and bias must all be defined (got {}, {}, {})", x.defined() ? "defined" : "undefined",
@@ -110,6 +113,57 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     throw std::invalid_argument(fmt::format("layer_norm: bias must be [{}] for x {} (got {})", C, to_string(x.shape()),
                                             to_string(bias.shape())));
   }
+  return C;
+}
+
+// The gradients of layer_norm's y (whose grad is dy) into x, weight and
+// bias, from the rows' saved mean and rstd.
+void layer_norm_backward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& saved_mean, const Tensor& saved_rstd, std::size_t N, std::size_t C) {
+  // Per row, with dŷ = dy ⊙ weight:
+  //   pass 1: the row means of dŷ and dŷ ⊙ x̂; dweight += dy ⊙ x̂, dbias += dy;
+  //   pass 2: dx += rstd · (dŷ − mean(dŷ) − x̂ · mean(dŷ ⊙ x̂)).
+  // The row is in cache by then, so each is one pass over memory.
+  // Rows add into dweight and dbias in row order, so the sums are deterministic.
+  const double* xs = x.data().data();
+  const double* w = weight.data().data();
+  const double* dy = y.grad().data();
+  const double* means = saved_mean.data().data();
+  const double* rstds = saved_rstd.data().data();
+  double* dx = x.requires_grad() ? x.mutable_grad().data() : nullptr;
+  double* dw = weight.requires_grad() ? weight.mutable_grad().data() : nullptr;
+  double* db = bias.requires_grad() ? bias.mutable_grad().data() : nullptr;
+  const auto Cd = static_cast<double>(C);
+  for (std::size_t n = 0; n < N; ++n) {
+    const double* xr = xs + n * C;
+    const double* dyr = dy + n * C;
+    const double mean = means[n];
+    const double rstd = rstds[n];
+    const double sum_dxhat = sum_of(C, [dyr, w](std::size_t c) { return dyr[c] * w[c]; });
+    const double sum_dxhat_xhat =
+        sum_of(C, [dyr, w, xr, mean](std::size_t c) { return dyr[c] * w[c] * (xr[c] - mean); }) * rstd;
+    if (dw) {
+      for (std::size_t c = 0; c < C; ++c) dw[c] += dyr[c] * ((xr[c] - mean) * rstd);
+    }
+    if (db) {
+      for (std::size_t c = 0; c < C; ++c) db[c] += dyr[c];
+    }
+    if (dx) {
+      const double mean_dxhat = sum_dxhat / Cd;
+      const double mean_dxhat_xhat = sum_dxhat_xhat / Cd;
+      double* dxr = dx + n * C;
+      for (std::size_t c = 0; c < C; ++c) {
+        const double xhat = (xr[c] - mean) * rstd;
+        dxr[c] += rstd * (dyr[c] * w[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const std::size_t C = layer_norm_width(x, weight, bias);
   const std::size_t N = C == 0 ? 0 : x.numel() / C;
 
   Tensor out = Tensor::empty(x.shape());  // [..., C]
@@ -142,44 +196,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 
   if (!grad) return out;
   autograd::record(out, {x, weight, bias}, [x, weight, bias, saved_mean, saved_rstd, N, C](const Tensor& y) {
-    // Per row, with dŷ = dy ⊙ weight:
-    //   pass 1: the row means of dŷ and dŷ ⊙ x̂; dweight += dy ⊙ x̂, dbias += dy;
-    //   pass 2: dx += rstd · (dŷ − mean(dŷ) − x̂ · mean(dŷ ⊙ x̂)).
-    // The row is in cache by then, so each is one pass over memory.
-    // Rows add into dweight and dbias in row order, so the sums are deterministic.
-    const double* xs = x.data().data();
-    const double* w = weight.data().data();
-    const double* dy = y.grad().data();
-    const double* means = saved_mean.data().data();
-    const double* rstds = saved_rstd.data().data();
-    double* dx = x.requires_grad() ? x.mutable_grad().data() : nullptr;
-    double* dw = weight.requires_grad() ? weight.mutable_grad().data() : nullptr;
-    double* db = bias.requires_grad() ? bias.mutable_grad().data() : nullptr;
-    const auto Cd = static_cast<double>(C);
-    for (std::size_t n = 0; n < N; ++n) {
-      const double* xr = xs + n * C;
-      const double* dyr = dy + n * C;
-      const double mean = means[n];
-      const double rstd = rstds[n];
-      const double sum_dxhat = sum_of(C, [dyr, w](std::size_t c) { return dyr[c] * w[c]; });
-      const double sum_dxhat_xhat =
-          sum_of(C, [dyr, w, xr, mean](std::size_t c) { return dyr[c] * w[c] * (xr[c] - mean); }) * rstd;
-      if (dw) {
-        for (std::size_t c = 0; c < C; ++c) dw[c] += dyr[c] * ((xr[c] - mean) * rstd);
-      }
-      if (db) {
-        for (std::size_t c = 0; c < C; ++c) db[c] += dyr[c];
-      }
-      if (dx) {
-        const double mean_dxhat = sum_dxhat / Cd;
-        const double mean_dxhat_xhat = sum_dxhat_xhat / Cd;
-        double* dxr = dx + n * C;
-        for (std::size_t c = 0; c < C; ++c) {
-          const double xhat = (xr[c] - mean) * rstd;
-          dxr[c] += rstd * (dyr[c] * w[c] - mean_dxhat - xhat * mean_dxhat_xhat);
-        }
-      }
-    }
+    layer_norm_backward(y, x, weight, bias, saved_mean, saved_rstd, N, C);
   });
   return out;
 }

@@ -356,6 +356,98 @@ std::size_t num_val_windows(const TrainOptions& o, const Corpus& val) {
 
 // One rank's run: the start, then each step, its evaluation when due, the
 // reports and the checkpoints.
+// The saving policy: --save-every, the last step, best.safetensors at a new
+// best validation loss, and step 0 for a run of no steps. Collective.
+class CheckpointSaver {
+ public:
+  CheckpointSaver(dist::Comm& comm, const Replica& replica, const TrainOptions& o, const Corpus& corpus,
+                  TrainObserver& observer)
+      : comm_(comm), replica_(replica), o_(o), data_(fingerprint(corpus, o.val_fraction)), observer_(observer) {}
+
+  // A run of no steps saves the weights it would start from (a fresh
+  // model's, or --init's), for a peer such as PyTorch to start from too.
+  void at_start() {
+    if (o_.steps == 0 && !o_.save_dir.empty()) save(checkpoint_path(o_.save_dir, 0), 0);
+  }
+  // After the step that ends with `steps_taken`; `last` when the run stops there.
+  void after_step(std::size_t steps_taken, bool best, bool last) {
+    if (o_.save_dir.empty()) return;
+    if (best) save((fs::path(o_.save_dir) / kBestCheckpoint).string(), steps_taken);
+    if (last || (o_.save_every > 0 && steps_taken % o_.save_every == 0)) {
+      save(checkpoint_path(o_.save_dir, steps_taken), steps_taken);
+    }
+  }
+
+ private:
+  void save(const std::string& path, std::size_t steps_taken) {
+    set_phase("saving a checkpoint", steps_taken);
+    try {
+      save_checkpoint(path, comm_, replica_,
+                      {.config = o_.model,
+                       .step = steps_taken,
+                       .batch = o_.batch,
+                       .seed = o_.seed,
+                       .world = comm_.size(),
+                       .zero = o_.zero,
+                       .data = data_},
+                      o_.shared_files);
+    } catch (const NonFiniteCheckpoint& e) {
+      throw NonFiniteCheckpoint(fmt::format("{}; {}", e.what(),
+                                            last_saved_.empty() ? "this run wrote no checkpoint before"
+                                                                : fmt::format("the last written is '{}'", last_saved_)));
+    }
+    last_saved_ = path;
+    if (comm_.rank() == 0) observer_.on_checkpoint(path, steps_taken);
+  }
+
+  dist::Comm& comm_;
+  const Replica& replica_;
+  const TrainOptions& o_;
+  const DataFingerprint data_;
+  TrainObserver& observer_;
+  std::string last_saved_;
+};
+
+// One step's report, with every rank's figures gathered (collective).
+StepReport report_step(dist::Comm& comm, const Replica& replica, const TrainOptions& o, std::size_t step,
+                       const StepResult& result, double seconds, std::uint64_t sent_before) {
+  const int p = comm.size(), r = comm.rank();
+  const RankStats mine{.rank = r,
+                       .state = replica.memory_bytes(),
+                       .peak = result.peak,
+                       .peak_rss = peak_rss_bytes(),
+                       .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
+                       .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum,
+                                                        o.bitwise ? o.batch / static_cast<std::size_t>(p) : 0),
+                       .stop_signal = dist::stop_requested()};
+  return {.step = step,
+          .lr = result.lr,
+          .loss = result.loss,
+          .grad_norm = o.clip > 0 ? std::optional(result.grad_norm) : std::nullopt,
+          .seconds = seconds,
+          .tokens_per_second = static_cast<double>(o.batch * o.model.block_size) / seconds,
+          .ranks = RankPayload::all_gather(comm, mine),
+          .val_loss = std::nullopt};
+}
+
+// The summary after one more step; whether its validation loss is a new best.
+bool add_to_summary(TrainSummary& summary, const StepReport& report) {
+  summary.end_step = report.step + 1;
+  if (summary.steps_run++ == 0) {
+    summary.first_loss = report.loss;
+  } else {
+    summary.timed_seconds += report.seconds;
+  }
+  summary.last_loss = report.loss;
+  summary.ranks = report.ranks;
+  const bool best = report.val_loss && (!summary.best_val_loss || *report.val_loss < *summary.best_val_loss);
+  if (report.val_loss) summary.val_loss = report.val_loss;
+  if (best) summary.best_val_loss = report.val_loss;
+  // Every rank sees the same gathered signals, so all stop after this step.
+  summary.stop_signal = first_stop_signal(report.ranks);
+  return best;
+}
+
 void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, const Corpus& val,
               const std::string& warning, TrainObserver& observer, SummarySink& sink) {
   const int p = comm.size(), r = comm.rank();
@@ -365,14 +457,13 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
   Replica& replica = *start.replica;
 
   const optim::LRSchedule schedule = lr_schedule(o);
-  const std::size_t n = replica.num_parameters(), T = o.model.block_size, B = o.batch;
   std::ofstream metrics;
   if (r == 0) {
     observer.on_start({.backend = resolve_backend(o.backend, p),
                        .world = p,
                        .start_step = start.step,
-                       .num_parameters = n,
-                       .num_windows = corpus.num_windows(T),
+                       .num_parameters = replica.num_parameters(),
+                       .num_windows = corpus.num_windows(o.model.block_size),
                        .num_val_windows = num_val_windows(o, val),
                        .overlap = replica.overlapping(),
                        .corpus = corpus.name(),
@@ -381,87 +472,28 @@ void run_rank(dist::Comm& comm, const TrainOptions& o, const Corpus& corpus, con
     // A resumed run goes on with the history it resumes, as nanoGPT's and llm.c's logs do.
     if (!o.metrics.empty()) metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
   }
-  // Collective: the checkpoint of the run after steps_taken steps.
-  const DataFingerprint data = fingerprint(corpus, o.val_fraction);
-  std::string last_saved;
-  const auto save = [&](const std::string& path, std::size_t steps_taken) {
-    set_phase("saving a checkpoint", steps_taken);
-    try {
-      save_checkpoint(path, comm, replica,
-                      {.config = o.model,
-                       .step = steps_taken,
-                       .batch = B,
-                       .seed = o.seed,
-                       .world = p,
-                       .zero = o.zero,
-                       .data = data},
-                      o.shared_files);
-    } catch (const NonFiniteCheckpoint& e) {
-      throw NonFiniteCheckpoint(fmt::format("{}; {}", e.what(),
-                                            last_saved.empty() ? "this run wrote no checkpoint before"
-                                                               : fmt::format("the last written is '{}'", last_saved)));
-    }
-    last_saved = path;
-    if (r == 0) observer.on_checkpoint(path, steps_taken);
-  };
+  CheckpointSaver saver(comm, replica, o, corpus, observer);
   TrainSummary summary;
-  summary.num_parameters = n;
+  summary.num_parameters = replica.num_parameters();
   summary.end_step = start.step;
-  // A run of no steps saves the weights it would start from (a fresh
-  // model's, or --init's), for a peer such as PyTorch to start from too.
-  if (o.steps == 0 && !o.save_dir.empty()) {
-    save(checkpoint_path(o.save_dir, 0), 0);
-  }
+  saver.at_start();
   const auto run_start = Clock::now();
   for (std::size_t step = start.step; step < o.steps; ++step) {
     const auto step_start = Clock::now();
     const std::uint64_t sent_before = comm.total_traffic().bytes_sent;
     const StepResult result = train_step(comm, replica, corpus, o, schedule, step);
-    const double seconds = since(step_start);
-
-    const RankStats mine{.rank = r,
-                         .state = replica.memory_bytes(),
-                         .peak = result.peak,
-                         .peak_rss = peak_rss_bytes(),
-                         .bytes_sent = comm.total_traffic().bytes_sent - sent_before,
-                         .theory_sent = theory_bytes_sent(o.zero, o.model, p, r, o.grad_accum,
-                                                          o.bitwise ? o.batch / static_cast<std::size_t>(p) : 0),
-                         .stop_signal = dist::stop_requested()};
-    StepReport report{.step = step,
-                      .lr = result.lr,
-                      .loss = result.loss,
-                      .grad_norm = o.clip > 0 ? std::optional(result.grad_norm) : std::nullopt,
-                      .seconds = seconds,
-                      .tokens_per_second = static_cast<double>(B * T) / seconds,
-                      .ranks = RankPayload::all_gather(comm, mine),
-                      .val_loss = std::nullopt};
+    StepReport report = report_step(comm, replica, o, step, result, since(step_start), sent_before);
     observer.after_step(comm, replica, step, result.loss);
     if (evaluates(o, step)) {
       set_phase("validation", step + 1);
-      report.val_loss = evaluate(comm, replica, val, B, T, o.eval_batches);
+      report.val_loss = evaluate(comm, replica, val, o.batch, o.model.block_size, o.eval_batches);
     }
-    summary.end_step = step + 1;
-    if (summary.steps_run++ == 0) {
-      summary.first_loss = result.loss;
-    } else {
-      summary.timed_seconds += seconds;
-    }
-    summary.last_loss = result.loss;
-    summary.ranks = report.ranks;
-    const bool best = report.val_loss && (!summary.best_val_loss || *report.val_loss < *summary.best_val_loss);
-    if (report.val_loss) summary.val_loss = report.val_loss;
-    if (best) summary.best_val_loss = report.val_loss;
+    const bool best = add_to_summary(summary, report);
     if (r == 0) {
       observer.on_step(report);
       if (metrics.is_open()) write_metrics(metrics, o.metrics, report);
     }
-    if (best && !o.save_dir.empty()) save((fs::path(o.save_dir) / kBestCheckpoint).string(), step + 1);
-    // Every rank sees the same gathered signals, so all stop after this step.
-    summary.stop_signal = first_stop_signal(report.ranks);
-    const bool last = step + 1 == o.steps || summary.stop_signal != 0;
-    if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      save(checkpoint_path(o.save_dir, step + 1), step + 1);
-    }
+    saver.after_step(step + 1, best, step + 1 == o.steps || summary.stop_signal != 0);
     if (summary.stop_signal != 0) break;
   }
   summary.seconds = since(run_start);
