@@ -19,6 +19,12 @@ namespace tinyllm::python {
 
 namespace py = pybind11;
 
+// The one rule for the GIL: C++ work runs without it. Where pybind11 has
+// converted every argument, the binding says so with Release(); where the
+// body still reads Python objects (arrays, callables), it converts them
+// first and then opens a py::gil_scoped_release of its own.
+using Release = py::call_guard<py::gil_scoped_release>;
+
 // An optimizer's class and hyperparameters, the `opt_cls, **kw` of docs/ZERO.md
 // (tinyllm.optim.AdamW._factory(lr=0.5) makes one), for ZeroOptimizer.
 struct Factory {

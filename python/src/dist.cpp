@@ -29,8 +29,6 @@ namespace tinyllm::python {
 
 namespace {
 
-using Release = py::call_guard<py::gil_scoped_release>;
-
 // Python's handle on one rank's Comm. A launcher's Comm lives only while the
 // rank's function runs; the handle is cut when it returns, so a Comm kept
 // beyond it raises instead of touching freed memory.
@@ -131,11 +129,8 @@ struct MpiState {
 };
 #endif
 
-}  // namespace
-
-void bind_dist(py::module_& m) {
-  py::register_exception<dist::CommError>(m, "CommError", PyExc_RuntimeError);
-
+// chunk_bounds and Comm, its collectives on arrays and tensors.
+void bind_comm(py::module_& m) {
   m.def(
       "chunk_bounds", [](std::size_t n, int p, int r) { return dist::chunk_bounds(n, p, r); }, py::arg("n"),
       py::arg("p"), py::arg("r"), "Rank r's chunk [a, b) of n values over p ranks; the first n % p are one longer");
@@ -196,7 +191,10 @@ void bind_dist(py::module_& m) {
         py::gil_scoped_release release;
         comm.barrier();
       });
+}
 
+// The launchers: ranks as threads or as forked processes.
+void bind_launchers(py::module_& m) {
   // The launcher's poll (about every 50 ms) runs this thread's signal
   // handlers, so Ctrl-C raises here, then poll(), which raises at spawn's
   // deadline. Either error stops the run; on threads it is also raised
@@ -258,7 +256,10 @@ void bind_dist(py::module_& m) {
             });
       },
       py::arg("world"), py::arg("fn"), py::arg("timeout_s"), py::arg("poll"));
+}
 
+// Under mpirun: the world's Comm, the job's abort, and whether mpirun started this process.
+void bind_mpi(py::module_& m) {
   m.def("mpi_comm", []() -> CommPtr {
 #if TINYLLM_WITH_MPI
     static std::shared_ptr<MpiState> state;
@@ -284,7 +285,9 @@ void bind_dist(py::module_& m) {
     return false;
 #endif
   });
+}
 
+void bind_data_parallel(py::module_& m) {
   py::class_<BoundDDP, nn::Module, std::shared_ptr<BoundDDP>>(m, "DDP",
                                                               "Data parallelism: rank 0's weights, mean grads")
       .def(py::init([](std::shared_ptr<nn::Module> model, CommPtr comm, bool bitwise) {
@@ -346,6 +349,16 @@ void bind_dist(py::module_& m) {
       .def_property_readonly("stage", [](const BoundZero& z) { return z.zero.stage(); })
       .def_property_readonly("chunk", [](const BoundZero& z) { return z.zero.chunk(); })
       .def_property_readonly("master_chunk", [](const BoundZero& z) { return z.zero.master_chunk(); });
+}
+
+}  // namespace
+
+void bind_dist(py::module_& m) {
+  py::register_exception<dist::CommError>(m, "CommError", PyExc_RuntimeError);
+  bind_comm(m);
+  bind_launchers(m);
+  bind_mpi(m);
+  bind_data_parallel(m);
 }
 
 }  // namespace tinyllm::python

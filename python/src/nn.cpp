@@ -21,8 +21,6 @@ namespace tinyllm::python {
 
 namespace {
 
-using Release = py::call_guard<py::gil_scoped_release>;
-
 // Opens Module's protected registration to the binding, for modules written
 // in Python: the member pointers are formed here, where they are accessible,
 // and work on any Module. An assignment (python/tinyllm/nn.py) replaces a
@@ -134,9 +132,8 @@ Tokens tokens(const py::object& token_ids, const char* who) {
   return {std::move(ids), span, batch, seq};
 }
 
-}  // namespace
-
-void bind_nn(py::module_& m) {
+// Module: parameters, children, hooks, state dicts.
+void bind_module(py::module_& m) {
   py::class_<nn::Module, std::shared_ptr<nn::Module>>(m, "Module", "Parameters and submodules, in registration order")
       .def(py::init<>())
       .def("parameters", [](py::handle self) { return self_as<nn::Module>(self, "call parameters()").parameters(); })
@@ -191,7 +188,10 @@ void bind_nn(py::module_& m) {
             return ModuleAccess::drop(self_as<nn::Module>(self, "delete attributes"), name);
           },
           py::arg("name"));
+}
 
+// The layers GPT is made of.
+void bind_layers(py::module_& m) {
   py::class_<nn::Linear, nn::Module, std::shared_ptr<nn::Linear>>(m, "Linear", "y = x · weightᵀ + bias")
       .def(py::init([](std::size_t in, std::size_t out, bool bias, double std, std::uint64_t seed) {
              Generator gen(seed);
@@ -240,7 +240,9 @@ void bind_nn(py::module_& m) {
            })
       .def_property_readonly("weight",
                              [](py::handle self) { return self_as<nn::Embedding>(self, "read weight").weight; });
+}
 
+void bind_gpt(py::module_& m) {
   py::class_<nn::GPTConfig>(m, "GPTConfig", "GPT's sizes: V, T, L, H, C")
       .def(py::init([](std::size_t V, std::size_t T, std::size_t L, std::size_t H, std::size_t C) {
              return nn::GPTConfig{.vocab_size = V, .block_size = T, .n_layer = L, .n_head = H, .n_embd = C};
@@ -287,6 +289,14 @@ void bind_nn(py::module_& m) {
             return model.loss(in.ids, out.ids, in.batch, in.seq);
           },
           py::arg("inputs"), py::arg("targets"), "mean cross-entropy over all B·T positions");
+}
+
+}  // namespace
+
+void bind_nn(py::module_& m) {
+  bind_module(m);
+  bind_layers(m);
+  bind_gpt(m);
 }
 
 }  // namespace tinyllm::python

@@ -18,8 +18,6 @@ namespace tinyllm::python {
 
 namespace {
 
-using Release = py::call_guard<py::gil_scoped_release>;
-
 py::dict to_dict(const optim::StateDict& state) {
   py::dict out;
   for (const auto& [name, tensor] : state.tensors) out[py::str(name)] = tensor;

@@ -18,8 +18,6 @@ namespace tinyllm::python {
 
 namespace {
 
-using Release = py::call_guard<py::gil_scoped_release>;
-
 py::tuple shape_tuple(const Shape& shape) {
   py::tuple out(shape.size());
   for (std::size_t i = 0; i < shape.size(); ++i) out[i] = shape[i];
@@ -132,7 +130,10 @@ std::vector<Tensor> tensor_list(const py::iterable& items, const std::string& wh
   return out;
 }
 
-void bind_tensor(py::module_& m) {
+namespace {
+
+// Tensor: values, shape, grad, autograd, arithmetic.
+void bind_tensor_class(py::module_& m) {
   py::class_<Tensor>(m, "Tensor", "A float64 array with a shape, a .grad and reverse-mode autograd")
       .def_property_readonly("shape", [](const Tensor& t) { return shape_tuple(t.shape()); })
       .def_property_readonly("ndim", &Tensor::dim)
@@ -193,7 +194,10 @@ void bind_tensor(py::module_& m) {
       .def(
           "__neg__", [](const Tensor& a) { return -a; }, Release())
       .def("_same", &Tensor::same, "Whether both handles share one tensor");
+}
 
+// The factories, the ops and grad mode.
+void bind_functions(py::module_& m) {
   m.def("tensor", &tensor_from_array, py::arg("data"), py::arg("requires_grad") = false,
         "A new leaf tensor holding a float64 copy of data (any numeric array or nested list)");
   m.def(
@@ -243,6 +247,13 @@ void bind_tensor(py::module_& m) {
   py::class_<NoGrad>(m, "_NoGrad").def(py::init<>()).def("enter", &NoGrad::enter).def("exit", &NoGrad::exit);
   m.def("is_grad_enabled", &autograd::is_grad_enabled);
   m.def("empty_cache", &empty_cache, "Gives every cached storage block back to the system; the bytes freed");
+}
+
+}  // namespace
+
+void bind_tensor(py::module_& m) {
+  bind_tensor_class(m);
+  bind_functions(m);
 }
 
 }  // namespace tinyllm::python
