@@ -12,6 +12,7 @@
 #if TINYLLM_WITH_MPI  // defined by the tinyllm target when it was built with MPI
 #include "tinyllm/distributed/mpi_comm.h"
 #endif
+#include "tinyllm/distributed/payload.h"
 #include "tinyllm/distributed/procs_comm.h"
 #include "tinyllm/distributed/self_comm.h"
 #include "tinyllm/distributed/stage.h"

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "../support/fnv1a.h"
-#include "payload.h"
+#include "tinyllm/distributed/payload.h"
 #include "tinyllm/distributed/stage.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/tensor/storage.h"

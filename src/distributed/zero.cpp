@@ -128,7 +128,7 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   } else if (sharded_start) {
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       groups_[g].gathered = false;  // FlatParams of deferred parameters start released
-      gather_group(g);
+      request_group(g);
     }
   }
   peak_ = memory_bytes();
@@ -180,7 +180,7 @@ void ZeroOptimizer::gather_with_prefetch(std::size_t unit, int direction) {
   for (int k = 0; k <= prefetch_; ++k) {
     const long u = static_cast<long>(unit) + direction * k;
     if (u < 0 || u >= static_cast<long>(unit_groups_.size())) break;
-    gather_group(unit_groups_[static_cast<std::size_t>(u)]);
+    request_group(unit_groups_[static_cast<std::size_t>(u)]);
   }
   stream_->wait(groups_[unit_groups_[unit]].filled);
 }
@@ -188,7 +188,7 @@ void ZeroOptimizer::gather_with_prefetch(std::size_t unit, int direction) {
 void ZeroOptimizer::gather() {
   if (stage_ < 3) return;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    if (std::find(unit_groups_.begin(), unit_groups_.end(), g) == unit_groups_.end()) gather_group(g);
+    if (std::find(unit_groups_.begin(), unit_groups_.end(), g) == unit_groups_.end()) request_group(g);
   }
   stream_->synchronize();
 }
@@ -200,7 +200,7 @@ void ZeroOptimizer::step() {
   // stage 3 keeps only its chunk until gather() or a unit's forward.
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (stage_ < 3) {
-      all_gather_group(g);
+      fill_group(g);
     } else {
       release_group(g);
     }
@@ -259,17 +259,17 @@ void ZeroOptimizer::release_unit_of(const Bucket& bucket) {
 }
 
 // Enqueued: whoever reads the parameters waits for group.filled first.
-void ZeroOptimizer::gather_group(std::size_t g) {
+void ZeroOptimizer::request_group(std::size_t g) {
   Group& group = groups_[g];
   if (group.gathered) return;
   group.values->allocate();
-  group.filled = stream_->enqueue([this, g] { all_gather_group(g); });
+  group.filled = stream_->enqueue([this, g] { fill_group(g); });
   group.gathered = true;
   note_peak();
 }
 
 // Straight into the parameters, which are views of the group's flat vector.
-void ZeroOptimizer::all_gather_group(std::size_t g) {
+void ZeroOptimizer::fill_group(std::size_t g) {
   const Group& group = groups_[g];
   const Window w{.n = layout_.numel(), .begin = group.begin, .length = group.end - group.begin};
   const auto [first, last] = window_part(w, comm_.size(), comm_.rank());

@@ -9,10 +9,10 @@
 #include <limits>
 #include <stdexcept>
 
-#include "../distributed/payload.h"
 #include "difference.h"
 #include "safetensors_format.h"
 #include "tinyllm/distributed/flat_layout.h"
+#include "tinyllm/distributed/payload.h"
 #include "tinyllm/tensor/deferred_init.h"
 #include "tinyllm/train/replica.h"
 

@@ -19,9 +19,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "../distributed/payload.h"
 #include "../support/fnv1a.h"
 #include "safetensors_format.h"
+#include "tinyllm/distributed/payload.h"
 #include "tinyllm/distributed/self_comm.h"
 #include "tinyllm/train/safetensors.h"
 

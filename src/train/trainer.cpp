@@ -16,11 +16,11 @@
 #include <optional>
 #include <stdexcept>
 
-#include "../distributed/payload.h"
 #include "launcher_env.h"
 #include "memory_available.h"
 #include "save_dir.h"
 #include "tinyllm/distributed/exact_sum.h"
+#include "tinyllm/distributed/payload.h"
 #include "tinyllm/distributed/stop.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/data.h"
@@ -393,8 +393,9 @@ class CheckpointSaver {
                       o_.shared_files);
     } catch (const NonFiniteCheckpoint& e) {
       throw NonFiniteCheckpoint(fmt::format("{}; {}", e.what(),
-                                            last_saved_.empty() ? "this run wrote no checkpoint before"
-                                                                : fmt::format("the last written is '{}'", last_saved_)));
+                                            last_saved_.empty()
+                                                ? "this run wrote no checkpoint before"
+                                                : fmt::format("the last written is '{}'", last_saved_)));
     }
     last_saved_ = path;
     if (comm_.rank() == 0) observer_.on_checkpoint(path, steps_taken);

@@ -11,9 +11,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../distributed/payload.h"
 #include "../support/fnv1a.h"
 #include "difference.h"
+#include "tinyllm/distributed/payload.h"
 #include "tinyllm/distributed/self_comm.h"
 #include "tinyllm/train/checkpoint.h"
 #include "tinyllm/train/metrics.h"

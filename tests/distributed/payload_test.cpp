@@ -1,4 +1,4 @@
-#include "../../src/distributed/payload.h"
+#include "tinyllm/distributed/payload.h"
 
 #include <gtest/gtest.h>
 

@@ -179,8 +179,13 @@ class ZeroOptimizer {
   void reduce_grads();
   void reduce_scatter_bucket(const Bucket& bucket);
   void release_unit_of(const Bucket& bucket);
-  void gather_group(std::size_t g);
-  void all_gather_group(std::size_t g);
+  // Group g's values on their way: its all-gather (fill_group) enqueued
+  // on the stream unless they are there; a reader waits for group.filled.
+  void request_group(std::size_t g);
+  // The all-gather itself, on the calling thread: the chunks into the
+  // group's flat vector, which the parameters view.
+  void fill_group(std::size_t g);
+  // Stage 3: the values go back to the storage cache.
   void release_group(std::size_t g);
   // Group g and the `prefetch_` after it in the direction of the pass.
   void gather_with_prefetch(std::size_t g, int direction);

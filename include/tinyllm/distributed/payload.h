@@ -1,4 +1,3 @@
-#pragma once
 // Small structs as they travel through collectives, which carry doubles:
 // Payload<T, Fields> packs a T into doubles and back, field by field in the
 // order Fields names them, so that a new field is one more name there:
@@ -9,6 +8,8 @@
 // size, a hash, a checksum) travels as its two 32-bit halves, exact for
 // every value; bool and the integers up to 32 bits take one double, a
 // std::optional<double> one too (NaN for none).
+#pragma once
+
 #include <cmath>
 #include <concepts>
 #include <cstdint>
