@@ -68,14 +68,7 @@ py::object new_like(const py::object& x, std::size_t n) {
 }
 
 dist::CommOptions options(double timeout_s) {
-  // Checked before the cast: a double past long long's range (inf) would be undefined behaviour.
-  constexpr double kMaxSeconds = static_cast<double>(dist::kMaxTimeout.count()) / 1000;
-  if (!(timeout_s >= 0.001 && timeout_s <= kMaxSeconds)) {
-    throw py::value_error(py::str("spawn: timeout must be a number of seconds from 0.001 to {:g} (got {})")
-                              .format(kMaxSeconds, timeout_s)
-                              .cast<std::string>());
-  }
-  return {.timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000))};
+  return {.timeout = dist::timeout_from_seconds(timeout_s, "spawn: timeout")};
 }
 
 // Runs fn(comm) as this rank, holding the GIL; a Python exception leaves as

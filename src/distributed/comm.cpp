@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -122,6 +123,16 @@ void check_options(const CommOptions& options, const std::string& who) {
     throw std::invalid_argument(fmt::format("{}: timeout must be in [1, {}] ms (got {} ms)", who, kMaxTimeout.count(),
                                             options.timeout.count()));
   }
+}
+
+std::chrono::milliseconds timeout_from_seconds(double seconds, std::string_view name) {
+  constexpr double kMinSeconds = 0.001;
+  constexpr double kMaxSeconds = static_cast<double>(kMaxTimeout.count()) / 1000;
+  if (!(seconds >= kMinSeconds && seconds <= kMaxSeconds)) {
+    throw std::invalid_argument(fmt::format("{} must be a number of seconds from {} to {:g} (got {})", name,
+                                            kMinSeconds, kMaxSeconds, seconds));
+  }
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 
 Traffic& Traffic::operator+=(const Traffic& other) {

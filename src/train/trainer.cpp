@@ -127,13 +127,8 @@ void check_writable_dir(const std::string& dir) {
 
 // Everything that can be checked before any rank starts, in the order a
 // user fixes them; nothing is written until all passed.
-// --timeout's range in seconds: a millisecond, up to dist::kMaxTimeout.
-constexpr double kMinTimeout = 0.001;
-constexpr double kMaxTimeout = 1e9;
-static_assert(std::chrono::milliseconds(std::chrono::seconds(static_cast<long>(kMaxTimeout))) == dist::kMaxTimeout);
-
 dist::CommOptions comm_options(const TrainOptions& o) {
-  return {.timeout = std::chrono::milliseconds(std::llround(o.timeout * 1000))};
+  return {.timeout = dist::timeout_from_seconds(o.timeout, "--timeout")};
 }
 
 // The metrics file is written from the run's start: it must be none of the
@@ -554,10 +549,7 @@ void check_flags(const TrainOptions& o) {
   if (!(o.clip >= 0) || !std::isfinite(o.clip)) {
     throw std::invalid_argument(fmt::format("--clip must be a finite norm >= 0 (got {})", o.clip));
   }
-  if (!(o.timeout >= kMinTimeout && o.timeout <= kMaxTimeout)) {
-    throw std::invalid_argument(fmt::format("--timeout must be a number of seconds from {} to {:g} (got {})",
-                                            kMinTimeout, kMaxTimeout, o.timeout));
-  }
+  dist::timeout_from_seconds(o.timeout, "--timeout");
   if (o.world != 0) check_batch(o.batch, o.world, o.grad_accum);
   if (o.bitwise && o.batch > dist::ExactSum::kMaxTerms) {
     throw std::invalid_argument(fmt::format("--bitwise sums at most {} windows exactly per step (got --batch {})",

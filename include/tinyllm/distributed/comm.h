@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,13 @@ inline constexpr std::chrono::milliseconds kMaxTimeout{std::chrono::seconds(1'00
 // Throws std::invalid_argument "<who>: timeout must be in [1, 1000000000000]
 // ms (got 0 ms)" for a timeout out of range. Every backend calls it first.
 void check_options(const CommOptions& options, const std::string& who);
+
+// A timeout given in seconds (`--timeout`, Python's `timeout=`) as
+// CommOptions takes it: from 0.001 to kMaxTimeout's 10^9 s, rounded to the
+// nearest millisecond. std::invalid_argument "<name> must be a number of
+// seconds from 0.001 to 1e+09 (got <seconds>)" otherwise, NaN included,
+// checked before the cast that an infinity would make undefined.
+std::chrono::milliseconds timeout_from_seconds(double seconds, std::string_view name);
 
 // Bytes counted at the level of the algorithm, the same on every backend:
 // `sent` is this rank's data that other ranks receive, `received` is other
