@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "difference.h"
 #include "safetensors_format.h"
@@ -51,6 +52,22 @@ double read_fraction(const SafetensorsFile& file, const std::string& key) {
         fmt::format("checkpoint '{}': metadata '{}' must be a number in [0, 1) (got '{}')", file.path(), key, text));
   }
   return value;
+}
+
+// The whole-number metadata, one list for writing and for reading: f(key,
+// field) for each, with info const when writing.
+template <class Info, class F>
+void for_each_number(Info& info, F f) {
+  f("vocab_size", info.config.vocab_size);
+  f("block_size", info.config.block_size);
+  f("n_layer", info.config.n_layer);
+  f("n_head", info.config.n_head);
+  f("n_embd", info.config.n_embd);
+  f("step", info.step);
+  f("batch", info.batch);
+  f("seed", info.seed);
+  f("world", info.world);
+  f("zero", info.zero);
 }
 
 // Checkpoints written before the fingerprint have none of its keys.
@@ -217,20 +234,8 @@ void save_checkpoint(const std::string& path, dist::Comm& comm, const Replica& r
   const std::vector<TensorInfo> tensors = checkpoint_tensors(replica.model());
   const std::vector<Piece> pieces = replica.pieces();
   check_finite(path, comm, tensors, pieces, info.step);
-  const nn::GPTConfig& c = info.config;
-  Metadata metadata = {
-      {"format", kFormat},
-      {"vocab_size", std::to_string(c.vocab_size)},
-      {"block_size", std::to_string(c.block_size)},
-      {"n_layer", std::to_string(c.n_layer)},
-      {"n_head", std::to_string(c.n_head)},
-      {"n_embd", std::to_string(c.n_embd)},
-      {"step", std::to_string(info.step)},
-      {"batch", std::to_string(info.batch)},
-      {"seed", std::to_string(info.seed)},
-      {"world", std::to_string(info.world)},
-      {"zero", std::to_string(info.zero)},
-  };
+  Metadata metadata = {{"format", kFormat}};
+  for_each_number(info, [&metadata](const char* key, const auto& value) { metadata[key] = std::to_string(value); });
   if (info.data) {
     metadata["data_tokens"] = std::to_string(info.data->tokens);
     metadata["data_fnv1a"] = fmt::format("{:016x}", info.data->fnv1a);
@@ -246,16 +251,9 @@ CheckpointInfo read_checkpoint_info(const SafetensorsFile& file) {
                                             file.path(), format == file.metadata().end() ? "" : format->second));
   }
   CheckpointInfo info;
-  info.config = {.vocab_size = read_number(file, "vocab_size"),
-                 .block_size = read_number(file, "block_size"),
-                 .n_layer = read_number(file, "n_layer"),
-                 .n_head = read_number(file, "n_head"),
-                 .n_embd = read_number(file, "n_embd")};
-  info.step = read_number(file, "step");
-  info.batch = read_number(file, "batch");
-  info.seed = read_number(file, "seed");
-  info.world = static_cast<int>(read_number(file, "world"));
-  info.zero = static_cast<int>(read_number(file, "zero"));
+  for_each_number(info, [&file](const char* key, auto& value) {
+    value = static_cast<std::remove_reference_t<decltype(value)>>(read_number(file, key));
+  });
   info.data = read_fingerprint(file);
   check_shapes(file, info.config);
   try {
