@@ -98,8 +98,7 @@ ZeroOptimizer::ZeroOptimizer(optim::OptimizerFactory make_inner, std::vector<Ten
   if (stage_ > 1) reduction.scatter = [this](const Bucket& bucket) { reduce_scatter_bucket(bucket); };
   reduction.done = [this](const Bucket& bucket) { release_unit_of(bucket); };
   reducer_ = std::make_unique<Reducer>(params_, comm_, *stream_, options.buckets, std::move(reduction));
-  // A second slot lets the next bucket be taken while one is reduced.
-  slots_.resize(stream_->overlapping() ? std::min<std::size_t>(2, reducer_->bucket_count()) : 1);
+  slots_.resize(slots_for(stream_->overlapping(), reducer_->bucket_count()));
   make_groups(units);
   summed_.assign(params_.size(), 0);
 

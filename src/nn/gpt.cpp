@@ -52,10 +52,9 @@ std::vector<Shape> GPTConfig::parameter_shapes() const {
 }
 
 // parameter_shapes()'s sum without listing them (a model too large to
-// build is counted at once): a block holds 12C² + 13C.
+// build is counted at once).
 std::size_t GPTConfig::num_parameters() const {
-  const std::size_t C = n_embd;
-  return (vocab_size + block_size + 2) * C + n_layer * (12 * C * C + 13 * C);
+  return (vocab_size + block_size + 2) * n_embd + n_layer * block_parameters();
 }
 
 double GPTConfig::flops_per_token() const {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "tinyllm/distributed/chunk.h"
+#include "tinyllm/distributed/zero.h"
+#include "tinyllm/distributed/zero.h"
 #include "tinyllm/train/trainer.h"
 
 namespace tinyllm::train {
@@ -65,7 +67,7 @@ dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r
   // taken in that micro-batch.
   std::size_t largest = 0;
   for (const dist::Bucket& b : buckets) largest = std::max(largest, b.end - b.begin);
-  const std::size_t slots = overlap ? std::min<std::size_t>(2, buckets.size()) : 1, part = std::min(largest, c);
+  const std::size_t slots = dist::ZeroOptimizer::slots_for(overlap, buckets.size()), part = std::min(largest, c);
   std::size_t most = 0;
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     const dist::Bucket& b = buckets[i];
@@ -77,7 +79,7 @@ dist::MemoryBytes peak_bytes(int zero, const nn::GPTConfig& config, int p, int r
   if (zero == 3) {
     // The chunk, wte, wpe and ln_f for the whole step, and a block with the
     // one prefetched beside it.
-    const std::size_t block = 12 * config.n_embd * config.n_embd + 13 * config.n_embd;  // 12C² + 13C
+    const std::size_t block = config.block_parameters();
     const std::size_t rest = n - config.n_layer * block;
     peak.params = (c + rest + std::min<std::size_t>(2, config.n_layer) * block) * kDouble;
   }

@@ -54,6 +54,7 @@
 // accumulates locally (in stages 2 and 3 that holds full gradients).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -147,6 +148,12 @@ class ZeroOptimizer {
   void reset_peak_memory_bytes() { peak_ = memory_bytes(); }
 
   int stage() const { return stage_; }
+  // Stages 2 and 3: the staging slots a rank keeps for buckets in flight,
+  // one, or with the stream overlapping two (so the next bucket is taken
+  // while one is reduced), never more than there are buckets.
+  static std::size_t slots_for(bool overlapping, std::size_t buckets) {
+    return overlapping ? std::min<std::size_t>(2, buckets) : 1;
+  }
   // Whether the collectives run beside the compute (BucketOptions::overlap, where the Comm allows it).
   bool overlapping() const;
   std::pair<std::size_t, std::size_t> chunk() const { return {a_, b_}; }  // [a, b) of the flat vector

@@ -34,6 +34,8 @@ struct GPTConfig {
   // their elements in all: V·C + T·C + L·(12C² + 13C) + 2C.
   std::vector<Shape> parameter_shapes() const;
   std::size_t num_parameters() const;
+  // One block's parameters: 12C² + 13C (its kTensorsPerBlock tensors).
+  std::size_t block_parameters() const { return 12 * n_embd * n_embd + 13 * n_embd; }
   // nanoGPT's estimate of a training step's floating-point operations per
   // token (forward and backward, PaLM's appendix B): 6 per parameter but
   // wpe's, which are only looked up, plus attention's 12·L·C·T.
