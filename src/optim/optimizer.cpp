@@ -134,8 +134,10 @@ std::vector<std::optional<Optimizer::ParamEntries>> Optimizer::parse_state_dict(
       slots[i].any = true;
     }
   };
-  place(state.tensors, tensor_fields, [](Slots& s) -> auto& { return s.tensors; });
-  place(state.scalars, scalar_fields, [](Slots& s) -> auto& { return s.scalars; });
+  const auto tensors_of = [](Slots& s) -> std::vector<const Tensor*>& { return s.tensors; };
+  const auto scalars_of = [](Slots& s) -> std::vector<const double*>& { return s.scalars; };
+  place(state.tensors, tensor_fields, tensors_of);
+  place(state.scalars, scalar_fields, scalars_of);
 
   std::vector<std::string> missing;
   for (std::size_t i = 0; i < slots.size(); ++i) {

@@ -9,7 +9,6 @@
 
 #include "tinyllm/distributed/chunk.h"
 #include "tinyllm/distributed/zero.h"
-#include "tinyllm/distributed/zero.h"
 #include "tinyllm/train/trainer.h"
 
 namespace tinyllm::train {
