@@ -13,6 +13,7 @@ Reducer::Reducer(std::vector<Tensor> params, Comm& comm, CommStream& stream, con
       comm_(comm),
       stream_(stream),
       who_(options.who),
+      add_leaf_who_(who_ + "::add_leaf"),
       chunk_(options.chunk),
       scatter_(std::move(options.scatter)),
       done_(std::move(options.done)) {
@@ -63,8 +64,8 @@ void Reducer::clear() {
 }
 
 void Reducer::end_leaf() {
-  if (!bitwise_) throw std::logic_error(who_ + "::add_leaf: only in bitwise mode (BucketOptions::bitwise)");
-  bitwise_->end_leaf(*buckets_, (who_ + "::add_leaf").c_str());
+  if (!bitwise_) throw std::logic_error(add_leaf_who_ + ": only in bitwise mode (BucketOptions::bitwise)");
+  bitwise_->end_leaf(*buckets_, add_leaf_who_.c_str());
 }
 
 double Reducer::norm_of_parts(std::span<const double> part) {

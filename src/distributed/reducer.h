@@ -101,6 +101,7 @@ class Reducer {
   Comm& comm_;
   CommStream& stream_;
   std::string who_;
+  std::string add_leaf_who_;  // "<who>::add_leaf", made once: end_leaf runs every window in bitwise mode
   std::optional<std::size_t> chunk_;
   Scatter scatter_;
   Done done_;
